@@ -1,0 +1,64 @@
+"""Shared fixtures. Every test starts from DSPy's default settings with an empty in-memory cache."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+from pathlib import Path
+
+import dspy
+import pytest
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+SHARED_DATA = Path(os.environ.get("TIDE_SHARED_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
+WORKSPACE_JSONL = SHARED_DATA / "workspace" / "workspaces.jsonl"
+REPOSITORY_JSONL = SHARED_DATA / "repository" / "swebench_multibug.jsonl"
+
+
+@pytest.fixture(autouse=True)
+def clear_settings_and_cache():
+    """Reset DSPy's global settings and cache around each test, as DSPy's own suite does."""
+    from dspy.dsp.utils import settings as settings_module
+
+    saved = copy.deepcopy(settings_module.main_thread_config)
+    dspy.configure_cache(enable_disk_cache=False, enable_memory_cache=False)
+    yield
+    settings_module.main_thread_config.clear()
+    settings_module.main_thread_config.update(saved)
+
+
+def _first_record(path: Path, predicate=lambda r: True) -> dict:
+    if not path.exists():
+        pytest.skip(f"shared data not found at {path}; set TIDE_SHARED_DATA")
+    with path.open() as f:
+        for line in f:
+            record = json.loads(line)
+            if predicate(record):
+                return record
+    raise LookupError(f"no matching record in {path}")
+
+
+@pytest.fixture(scope="session")
+def workspace_instance():
+    from tide_dspy.data.records import instance_from_record
+
+    return instance_from_record(_first_record(WORKSPACE_JSONL))
+
+
+@pytest.fixture(scope="session")
+def repository_instance():
+    """The smallest-candidate-pool repository instance of the shared data (cheap to render)."""
+    from tide_dspy.data.records import instance_from_record
+
+    if not REPOSITORY_JSONL.exists():
+        pytest.skip(f"shared data not found at {REPOSITORY_JSONL}; set TIDE_SHARED_DATA")
+    best = None
+    with REPOSITORY_JSONL.open() as f:
+        for line in f:
+            # num_candidates sits near the start of each line; avoid parsing 25 MB of code for the min.
+            head = json.loads(line[: line.index('"candidates"') - 2] + "}")
+            if best is None or head["num_candidates"] < best[0]:
+                best = (head["num_candidates"], line)
+    return instance_from_record(json.loads(best[1]))

@@ -1,0 +1,262 @@
+"""TIDE and its baselines. All share one interface: `forward(instance) -> Prediction(findings, rounds)`.
+
+The cumulative state is threaded explicitly: round t gets `state` (rounds < t) as an input and the loop
+builds the next state with `state.extend(...)`. Nothing is kept on `self` between calls.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+
+import dspy
+from rapidfuzz import fuzz
+
+from tide_dspy.schemas import Finding, Instance, RoundRecord, Template
+from tide_dspy.settings import NO_GUIDANCE, Setting, get_setting, render_templates
+
+log = logging.getLogger(__name__)
+
+GUIDANCE_KINDS = ("templates", "none", "demos")
+
+
+def is_same_finding(a: Finding, b: Finding, threshold: float) -> bool:
+    """Same evidence and a similar description. Findings without evidence compare on description alone."""
+    similar = fuzz.token_set_ratio(a.description, b.description) >= threshold
+    if a.evidence or b.evidence:
+        return set(a.evidence) == set(b.evidence) and similar
+    return similar
+
+
+@dataclass(frozen=True)
+class DiscoveryState:
+    """What has been found so far. Immutable: `extend` returns a new state."""
+
+    findings: tuple[Finding, ...] = ()
+
+    def extend(self, candidates: list[Finding], threshold: float) -> tuple[DiscoveryState, int, int]:
+        """Add the candidates that are new; return (state, n_new, n_rediscovered)."""
+        kept = list(self.findings)
+        new = rediscovered = 0
+        for c in candidates:
+            if any(is_same_finding(c, k, threshold) for k in kept):
+                rediscovered += 1
+            else:
+                kept.append(c)
+                new += 1
+        return DiscoveryState(tuple(kept)), new, rediscovered
+
+
+@dataclass
+class CallOutcome:
+    drafts: list = field(default_factory=list)
+    lm_calls: int = 0
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    parse_failures: int = 0
+    error: str | None = None
+
+
+def _usage_tokens(entries: list[dict]) -> tuple[int | None, int | None]:
+    ins = outs = None
+    for e in entries:
+        u = e.get("usage") or {}
+        i = u.get("prompt_tokens", u.get("input_tokens"))
+        o = u.get("completion_tokens", u.get("output_tokens"))
+        if i is not None:
+            ins = (ins or 0) + int(i)
+        if o is not None:
+            outs = (outs or 0) + int(o)
+    return ins, outs
+
+
+class DiscoveryProgram(dspy.Module):
+    """Shared machinery: one round predictor, guidance rendering, bounded retries and hygiene."""
+
+    def __init__(
+        self,
+        setting: str,
+        templates: list[Template] | None = None,
+        demos: list[str] | None = None,
+        guidance: str = "templates",
+        max_rounds: int = 3,
+        per_round: int = 3,
+        max_retries: int = 2,
+        dedup_threshold: float = 80.0,
+    ):
+        super().__init__()
+        if guidance not in GUIDANCE_KINDS:
+            raise ValueError(f"guidance must be one of {GUIDANCE_KINDS}, got {guidance!r}")
+        if guidance == "demos" and not demos:
+            raise ValueError("guidance='demos' needs solved examples: pass demos=[...] (see tide_dspy.templates.solved_demos)")
+        if max_rounds < 1 or per_round < 1:
+            raise ValueError(f"max_rounds and per_round must be >= 1, got {max_rounds} and {per_round}")
+        self.setting_name = setting
+        self.templates = list(templates or [])
+        self.demos = list(demos or [])
+        self.guidance = guidance
+        self.max_rounds = max_rounds
+        self.per_round = per_round
+        self.max_retries = max_retries
+        self.dedup_threshold = dedup_threshold
+        self.discover = dspy.Predict(get_setting(setting).round_signature)
+
+    @property
+    def setting(self) -> Setting:
+        return get_setting(self.setting_name)
+
+    # ---- config carried inside the saved JSON state ----
+    def config(self) -> dict:
+        return dict(
+            kind=type(self).__name__,
+            setting=self.setting_name,
+            guidance=self.guidance,
+            max_rounds=self.max_rounds,
+            per_round=self.per_round,
+            max_retries=self.max_retries,
+            dedup_threshold=self.dedup_threshold,
+            templates=[t.model_dump() for t in self.templates],
+            demos=self.demos,
+        )
+
+    @classmethod
+    def from_config(cls, config: dict) -> DiscoveryProgram:
+        config = dict(config)
+        kind = config.pop("kind", cls.__name__)
+        target = PROGRAM_KINDS.get(kind)
+        if target is None:
+            raise ValueError(f"unknown program kind {kind!r} in saved config; expected one of {sorted(PROGRAM_KINDS)}")
+        config["templates"] = [Template.model_validate(t) for t in config.get("templates", [])]
+        return target(**config)
+
+    def dump_state(self, json_mode=True):
+        state = super().dump_state(json_mode=json_mode)
+        state["tide_config"] = self.config()
+        return state
+
+    def guidance_text(self) -> str:
+        if self.guidance == "templates":
+            return render_templates(self.templates)
+        if self.guidance == "demos":
+            return "\n\n".join(self.demos)
+        return NO_GUIDANCE
+
+    def call_round(self, instance: Instance, found: list[Finding], max_new: int, rollout: int | None = None,
+                   temperature: float | None = None) -> CallOutcome:
+        """One predictor call with a bounded retry on unparseable output. Never raises for LM output."""
+        inputs = self.setting.round_inputs(instance, self.guidance_text(), found, max_new)
+        out = CallOutcome()
+        lm = dspy.settings.lm
+        if lm is None:
+            raise RuntimeError("no LM configured: use dspy.context(lm=...) or tide_dspy.backbones.get_lm(...)")
+        start = len(lm.history)
+        for attempt in range(self.max_retries + 1):
+            config = {}
+            if rollout is not None or attempt:
+                # A retry must not hit the cache entry of the output that just failed to parse.
+                config["rollout_id"] = (rollout or 0) * 100 + attempt
+                config["temperature"] = temperature if temperature is not None else (0.7 if attempt else None)
+                config = {k: v for k, v in config.items() if v is not None}
+            try:
+                pred = self.discover(**inputs, config=config) if config else self.discover(**inputs)
+                out.drafts = list(pred.findings or [])[:max_new]
+                out.error = None
+                break
+            except Exception as exc:  # noqa: BLE001 - any adapter/LM failure is recorded, never fatal
+                out.parse_failures += 1
+                out.error = f"{type(exc).__name__}: {str(exc)[:300]}"
+                log.warning("round output unusable (attempt %d/%d): %s", attempt + 1, self.max_retries + 1, out.error)
+        entries = lm.history[start:]
+        out.lm_calls = len(entries)
+        out.input_tokens, out.output_tokens = _usage_tokens(entries)
+        return out
+
+    def clean(self, drafts: list, instance: Instance, round_no: int) -> tuple[list[Finding], int, int]:
+        findings, dropped, flagged = [], 0, 0
+        for d in drafts:
+            f, h = self.setting.clean(d, instance, round_no)
+            dropped += h.dropped_evidence
+            flagged += bool(h.flags)
+            findings.append(f)
+        return findings, dropped, flagged
+
+    def run_round(self, instance: Instance, state: DiscoveryState, round_no: int, max_new: int,
+                  rollout: int | None = None, temperature: float | None = None) -> tuple[DiscoveryState, RoundRecord]:
+        t0 = time.perf_counter()
+        out = self.call_round(instance, list(state.findings), max_new, rollout, temperature)
+        findings, dropped, flagged = self.clean(out.drafts, instance, round_no)
+        next_state, new, rediscovered = state.extend(findings, self.dedup_threshold)
+        record = RoundRecord(
+            round=round_no, new=new, rediscovered=rediscovered, lm_calls=out.lm_calls,
+            input_tokens=out.input_tokens, output_tokens=out.output_tokens,
+            parse_failures=out.parse_failures, dropped_evidence=dropped, flagged=flagged,
+            failed=out.error is not None, error=out.error, seconds=round(time.perf_counter() - t0, 3),
+        )
+        return next_state, record
+
+
+class TIDE(DiscoveryProgram):
+    """Iterative discovery: round t sees what rounds < t found and adds up to `per_round` new findings.
+
+    guidance="templates" is TIDE; "none" is the Iter-only ablation; "demos" is Iter + Demos.
+    """
+
+    def forward(self, instance: Instance, on_round=None) -> dspy.Prediction:
+        state, rounds = DiscoveryState(), []
+        for t in range(1, self.max_rounds + 1):
+            state, record = self.run_round(instance, state, t, self.per_round)
+            rounds.append(record)
+            if on_round:
+                on_round(record)
+            if record.new == 0 and not record.failed:
+                break
+        return dspy.Prediction(findings=list(state.findings), rounds=rounds)
+
+
+class SingleAgent(DiscoveryProgram):
+    """One call that returns every finding at once."""
+
+    def __init__(self, setting: str, max_findings: int = 10, **kwargs):
+        kwargs.setdefault("max_rounds", 1)
+        kwargs.setdefault("per_round", max_findings)
+        super().__init__(setting, **kwargs)
+
+    def forward(self, instance: Instance, on_round=None) -> dspy.Prediction:
+        state, record = self.run_round(instance, DiscoveryState(), 1, self.per_round)
+        if on_round:
+            on_round(record)
+        return dspy.Prediction(findings=list(state.findings), rounds=[record])
+
+
+class MultiAgent(DiscoveryProgram):
+    """`max_rounds` independent calls with no shared state; findings are pooled and de-duplicated.
+
+    Each call is a separate sample (own rollout id, `temperature`), so the calls are not cache copies.
+    """
+
+    def __init__(self, setting: str, temperature: float = 0.7, **kwargs):
+        super().__init__(setting, **kwargs)
+        self.temperature = temperature
+
+    def config(self) -> dict:
+        return {**super().config(), "temperature": self.temperature}
+
+    def forward(self, instance: Instance, on_round=None) -> dspy.Prediction:
+        pooled, rounds = DiscoveryState(), []
+        for t in range(1, self.max_rounds + 1):
+            # Every call starts from the empty state; only the pooling sees earlier calls.
+            call_state, record = self.run_round(instance, DiscoveryState(), t, self.per_round, rollout=t,
+                                                temperature=self.temperature)
+            pooled, record.new, record.rediscovered = pooled.extend(list(call_state.findings), self.dedup_threshold)
+            rounds.append(record)
+            if on_round:
+                on_round(record)
+        return dspy.Prediction(findings=list(pooled.findings), rounds=rounds)
+
+
+PROGRAM_KINDS: dict[str, type[DiscoveryProgram]] = {
+    "TIDE": TIDE,
+    "SingleAgent": SingleAgent,
+    "MultiAgent": MultiAgent,
+}

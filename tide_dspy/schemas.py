@@ -1,0 +1,178 @@
+"""Pydantic types shared by every part of tide-dspy. No logic beyond validation lives here."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+Setting = Literal["workspace", "repository"]
+ArtifactKind = Literal["email", "calendar", "document", "function"]
+
+
+class Artifact(BaseModel):
+    """One item of a context: a workspace email/calendar entry/document, or a candidate function."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str
+    kind: ArtifactKind
+    created_at: str | None = None
+    # Workspace items keep their payload as written (subject, body, ...). Functions carry
+    # {path, qualname, start_line, end_line, code}.
+    payload: dict[str, Any] = Field(default_factory=dict)
+
+    @property
+    def title(self) -> str:
+        p = self.payload
+        return str(p.get("subject") or p.get("title") or p.get("qualname") or self.id)
+
+
+class Action(BaseModel):
+    """An entry of a workspace's action library."""
+
+    model_config = ConfigDict(extra="allow")
+
+    id: str
+    type: str
+    description: str
+    constraints: list[str] = Field(default_factory=list)
+    required_parameters: list[str] = Field(default_factory=list)
+
+
+class ChosenAction(BaseModel):
+    """A library action picked for a problem, with its parameters filled."""
+
+    action_id: str
+    type: str = ""
+    parameters: dict[str, Any] = Field(default_factory=dict)
+
+
+class GoldProblem(BaseModel):
+    """A hidden problem of an instance: the reference the metrics score against."""
+
+    model_config = ConfigDict(extra="allow")
+
+    problem_id: str
+    description: str
+    evidence: list[str]
+    action: ChosenAction | None = None  # workspace
+    patch: str | None = None  # repository
+    category: str | None = None
+
+
+class Instance(BaseModel):
+    """A context with its hidden problems. Validation guarantees every id a problem cites exists."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    instance_id: str
+    setting: Setting
+    split: str | None = None
+    artifacts: list[Artifact]
+    problems: list[GoldProblem] = Field(default_factory=list)
+    # workspace
+    profile: dict[str, Any] | None = None
+    actions: list[Action] = Field(default_factory=list)
+    # repository
+    repo: str | None = None
+    anchor_commit: str | None = None
+    meta: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _ids_resolve(self) -> Instance:
+        seen: set[str] = set()
+        for i, a in enumerate(self.artifacts):
+            if a.id in seen:
+                raise ValueError(f"artifacts[{i}].id: duplicate artifact id {a.id!r}")
+            seen.add(a.id)
+        action_ids = {a.id for a in self.actions}
+        if len(action_ids) != len(self.actions):
+            raise ValueError("actions: duplicate action id")
+        for i, p in enumerate(self.problems):
+            unknown = [e for e in p.evidence if e not in seen]
+            if unknown:
+                raise ValueError(
+                    f"problems[{i}].evidence: {unknown} not among the instance's artifacts "
+                    f"(problem {p.problem_id!r}); fix the id or add the artifact"
+                )
+            if p.action is not None and self.actions and p.action.action_id not in action_ids:
+                raise ValueError(
+                    f"problems[{i}].action.action_id: {p.action.action_id!r} is not in the action library"
+                )
+        return self
+
+    @property
+    def artifact_ids(self) -> set[str]:
+        return {a.id for a in self.artifacts}
+
+    def action(self, action_id: str) -> Action | None:
+        return next((a for a in self.actions if a.id == action_id), None)
+
+
+class Finding(BaseModel):
+    """One discovered problem: description, grounding evidence, and a resolving action or patch."""
+
+    description: str
+    evidence: list[str] = Field(default_factory=list)
+    action: ChosenAction | None = None
+    patch: str | None = None
+    used_template_id: str = ""
+    why: str = ""
+    round: int = 0
+    # Hygiene notes such as "action_not_in_library" or "patch_unparseable".
+    flags: list[str] = Field(default_factory=list)
+
+
+class Template(BaseModel):
+    """A thought template: the abstract shape of a class of problems and how to find one."""
+
+    id: str
+    name: str
+    pattern: str
+    evidence_flow: list[str]
+    setting: Setting | None = None
+    source_case: str | None = None
+
+
+class RoundRecord(BaseModel):
+    """What one discovery round did. Tokens are None when the LM does not report them."""
+
+    round: int
+    new: int = 0
+    rediscovered: int = 0
+    lm_calls: int = 0
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    parse_failures: int = 0
+    dropped_evidence: int = 0
+    flagged: int = 0
+    failed: bool = False
+    error: str | None = None
+    seconds: float = 0.0
+
+
+# ---- What the LM writes. Kept small and flat so small models can fill them. ----
+
+
+class WorkspaceFindingDraft(BaseModel):
+    description: str = Field(description="who is blocked, by whom or what, on which task, the root cause, the deadline")
+    evidence_ids: list[str] = Field(description="ids of the artifacts that together show the problem")
+    action_id: str = Field(description="id of one action from the action library")
+    parameters: dict[str, str] = Field(default_factory=dict, description="the action's required parameters, filled")
+    used_template_id: str = Field(default="", description="id of the template followed, or empty")
+    why: str = Field(default="", description="why the template matched, in one sentence")
+
+
+class CodeFindingDraft(BaseModel):
+    description: str = Field(description="the bug: what goes wrong, on which input, and why")
+    evidence_ids: list[str] = Field(description="ids of the candidate functions that contain the bug")
+    patch: str = Field(description="a unified diff (diff --git a/<path> b/<path>) that fixes it")
+    used_template_id: str = Field(default="", description="id of the template followed, or empty if novel")
+    why: str = Field(default="", description="why the template matched, in one sentence")
+
+
+class TemplateDraft(BaseModel):
+    name: str = Field(description="a short name for the class of problem")
+    pattern: str = Field(description="the abstract shape of the problem, with no names, dates or identifiers")
+    evidence_flow: list[str] = Field(description="ordered signals to look for and how to join them")

@@ -1,0 +1,101 @@
+"""Every LM call site of tide-dspy, as a DSPy signature.
+
+Instructions live in the docstrings so optimizers can rewrite them. Input fields are ordered static
+first (context, library, templates) and the growing state last, so prefix caches are reused
+across rounds.
+"""
+
+from __future__ import annotations
+
+import dspy
+
+from tide_dspy.schemas import CodeFindingDraft, TemplateDraft, WorkspaceFindingDraft
+
+# ---- discovery rounds ----
+
+
+class WorkspaceRound(dspy.Signature):
+    """You are reading a person's workspace (emails, documents, calendar entries) to find problems nobody
+    has asked about yet: something that will block them or others unless someone acts. A real problem only
+    shows when several artifacts are read together. Use the templates as patterns of what to look for.
+    Report only problems that are NOT already in `already_found`, at most `max_new`, and nothing if no
+    new problem is left. Cite the exact artifact ids, and resolve each problem with exactly one action
+    from the action library, filling its required parameters with concrete values."""
+
+    profile: str = dspy.InputField(desc="who the person is: role, relationships, priorities, today's date")
+    context: str = dspy.InputField(desc="the workspace artifacts, each headed by its id")
+    actions: str = dspy.InputField(desc="the action library: id, type, description, required parameters")
+    templates: str = dspy.InputField(desc="thought templates (or solved examples) describing problem patterns")
+    max_new: int = dspy.InputField(desc="the most new problems to report in this answer")
+    already_found: str = dspy.InputField(desc="problems reported in earlier rounds; do not repeat them")
+    findings: list[WorkspaceFindingDraft] = dspy.OutputField(desc="new problems, possibly none")
+
+
+class RepositoryRound(dspy.Signature):
+    """You are reviewing candidate functions of a Python repository to find bugs nobody has reported yet.
+    A bug may span several functions. Use the templates as patterns of what to look for; a bug that fits
+    no template is allowed (leave used_template_id empty). Report only bugs that are NOT already in
+    `already_found`, at most `max_new`, and nothing if no new bug is left. Cite the exact candidate ids
+    (path::Qualname), and fix each bug with a minimal unified diff against the shown code."""
+
+    context: str = dspy.InputField(desc="candidate functions, each headed by its id, path and line numbers")
+    templates: str = dspy.InputField(desc="thought templates (or solved examples) describing bug patterns")
+    max_new: int = dspy.InputField(desc="the most new bugs to report in this answer")
+    already_found: str = dspy.InputField(desc="bugs reported in earlier rounds; do not repeat them")
+    findings: list[CodeFindingDraft] = dspy.OutputField(desc="new bugs, possibly none")
+
+
+# ---- template distillation ----
+
+
+class DistillWorkspaceTemplate(dspy.Signature):
+    """From one solved workspace case, write a reusable thought template for this class of problem.
+    Abstract away every name, date, organisation, number and identifier: the template must help find the
+    same kind of problem in a different workspace. The evidence flow lists, in order, the signals to look
+    for in emails, documents and calendar entries, and how joining them reveals the problem."""
+
+    case_context: str = dspy.InputField(desc="the artifacts that evidence the problem")
+    problem: str = dspy.InputField(desc="the problem that was found")
+    resolution: str = dspy.InputField(desc="the action that resolved it")
+    template: TemplateDraft = dspy.OutputField()
+
+
+class DistillRepositoryTemplate(dspy.Signature):
+    """From one solved bug, write a reusable thought template for this class of bug. Abstract away project,
+    function and variable names: the template must help find the same kind of bug in other code. The
+    evidence flow lists, in order, the code signals to look for and how they combine into the bug."""
+
+    case_context: str = dspy.InputField(desc="the buggy functions")
+    problem: str = dspy.InputField(desc="the issue report")
+    resolution: str = dspy.InputField(desc="the patch that fixed it")
+    template: TemplateDraft = dspy.OutputField()
+
+
+# ---- judges ----
+
+
+class JudgeIdentification(dspy.Signature):
+    """Rate how well a predicted problem description identifies the reference problem, from 1 to 5.
+    Essentials: who is blocked, who or what blocks them, the task at stake, and the root cause.
+    Secondary: the deadline, the system involved, the mechanism and the impact.
+    5 = all essentials and most secondary details match; 4 = all essentials match; 3 = most essentials
+    match; 2 = the same area but the wrong root cause or the wrong parties; 1 = a different problem."""
+
+    reference: str = dspy.InputField(desc="the reference problem description")
+    prediction: str = dspy.InputField(desc="the predicted problem description")
+    rationale: str = dspy.OutputField(desc="one or two sentences on which essentials match")
+    score: int = dspy.OutputField(desc="an integer from 1 to 5")
+
+
+class JudgeResolution(dspy.Signature):
+    """Rate how well a predicted resolution resolves the reference problem, from 1 to 5.
+    For a workspace action: is it the same library action, and are its parameters right (recipients,
+    dates, content)? For a code patch: does it make the same fix as the reference patch, in the same place,
+    even if written differently? 5 = same action/fix with right details; 4 = same action/fix with minor
+    slips; 3 = partly right; 2 = a related but wrong action/fix; 1 = wrong or missing."""
+
+    problem: str = dspy.InputField(desc="the reference problem")
+    reference: str = dspy.InputField(desc="the reference action or patch")
+    prediction: str = dspy.InputField(desc="the predicted action or patch")
+    rationale: str = dspy.OutputField(desc="one or two sentences")
+    score: int = dspy.OutputField(desc="an integer from 1 to 5")
