@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import importlib
 import json
 import os
 from pathlib import Path
@@ -20,7 +21,7 @@ REPOSITORY_JSONL = SHARED_DATA / "repository" / "swebench_multibug.jsonl"
 @pytest.fixture(autouse=True)
 def clear_settings_and_cache():
     """Reset DSPy's global settings and cache around each test, as DSPy's own suite does."""
-    from dspy.dsp.utils import settings as settings_module
+    settings_module = importlib.import_module("dspy.dsp.utils.settings")
 
     saved = copy.deepcopy(settings_module.main_thread_config)
     dspy.configure_cache(enable_disk_cache=False, enable_memory_cache=False)
