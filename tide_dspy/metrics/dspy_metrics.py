@@ -1,0 +1,144 @@
+"""The TIDE score as DSPy metrics: a float metric for dspy.Evaluate and optimizers, and a GEPA metric with feedback."""
+
+from __future__ import annotations
+
+from tide_dspy.metrics.judges import make_judge
+from tide_dspy.metrics.scoring import (
+    COMPONENTS,
+    JUDGED_COMPONENTS,
+    NO_JUDGE_LABEL,
+    InstanceScore,
+    as_findings,
+    as_gold_problems,
+    score_instance,
+)
+from tide_dspy.schemas import Instance
+
+METRIC_COMPONENTS = (*COMPONENTS, "mean")
+METRIC_KINDS = ("f1", "coverage")
+SNIPPET_CHARS = 240
+
+
+def _gold_and_setting(example):
+    """The gold problems and setting of a dspy.Example holding `instance` (an Instance) or `gold`."""
+    instance = _field(example, "instance")
+    if instance is not None:
+        instance = instance if isinstance(instance, Instance) else Instance.model_validate(instance)
+        return as_gold_problems(instance), instance.setting
+    gold = _field(example, "gold")
+    if gold is None:
+        raise ValueError("the example has neither `instance` (an Instance) nor `gold` (a list of gold problems)")
+    return as_gold_problems(gold), _field(example, "setting")
+
+
+def _field(obj, name):
+    return obj.get(name) if isinstance(obj, dict) else getattr(obj, name, None)
+
+
+def _check(component: str, kind: str, judge) -> None:
+    if component not in METRIC_COMPONENTS:
+        raise ValueError(f"component {component!r} is not one of {list(METRIC_COMPONENTS)}")
+    if kind not in METRIC_KINDS:
+        raise ValueError(f"kind {kind!r} is not one of {list(METRIC_KINDS)}")
+    if judge is None and component != "retrieval":
+        raise ValueError(
+            f"component {component!r} needs a judge: pass judge='proxy', a judge model name, or an LLMJudge"
+        )
+
+
+def component_value(score: InstanceScore, component: str = "retrieval", kind: str = "f1") -> float:
+    """One number from an InstanceScore: a component's F1 or coverage, or the mean of the three."""
+    table = score.f1 if kind == "f1" else score.coverage
+    if component == "mean":
+        return sum(table[c] for c in COMPONENTS) / len(COMPONENTS)
+    return table[component]
+
+
+def _score(example, pred, judge, overlap) -> tuple[InstanceScore, list, list]:
+    gold, setting = _gold_and_setting(example)
+    findings = as_findings(_field(pred, "findings") or [])
+    return score_instance(gold, findings, judge=judge, overlap=overlap, setting=setting), gold, findings
+
+
+def tide_metric(component: str = "retrieval", kind: str = "f1", judge=None, overlap: str = "f1"):
+    """A DSPy metric `(example, pred, trace=None) -> float` on `example.instance` and `pred.findings`.
+
+    `component`: retrieval | identification | resolution | mean (of the three); `kind`: f1 | coverage.
+    `judge`: None, "proxy", a model name, or a judge object; the judged components require one."""
+    judge = make_judge(judge) if isinstance(judge, str) else judge
+    _check(component, kind, judge)
+
+    def metric(example, pred, trace=None) -> float:
+        score, _, _ = _score(example, pred, judge, overlap)
+        return component_value(score, component, kind)
+
+    metric.__name__ = f"tide_{component}_{kind}"
+    return metric
+
+
+def _snippet(text: str) -> str:
+    text = " ".join((text or "").split())
+    return text if len(text) <= SNIPPET_CHARS else text[: SNIPPET_CHARS - 3] + "..."
+
+
+def feedback_text(score: InstanceScore, gold, findings, component: str = "retrieval", kind: str = "f1") -> str:
+    """What a reflecting optimizer needs: the score, the missed gold problems, the spurious and duplicate
+    findings, and for matched pairs the wrong evidence and the judge's rationale when it was not full marks."""
+    value = component_value(score, component, kind)
+    covered = score.n_gold - len(score.unmatched_gold)
+    lines = [
+        f"Score {value:.2f} ({kind} of {component}; judge: {score.judge_label}). "
+        f"{covered} of {score.n_gold} gold problems found with {score.n_findings} findings."
+    ]
+    for i in score.unmatched_gold:
+        g = gold[i]
+        lines.append(f"Missed gold problem {g.problem_id} (evidence {', '.join(g.evidence)}): {_snippet(g.description)}")
+    for j in score.spurious_findings:
+        f = findings[j]
+        lines.append(
+            f"Spurious finding #{j + 1} (evidence {', '.join(f.evidence) or 'none'}) matches no gold problem: "
+            f"{_snippet(f.description)}"
+        )
+    credited = {p.gold_index: p.finding_index for p in score.pairs if "precision" in p.used_for}
+    for j in score.duplicate_findings:
+        i = score.finding_best[j]
+        lines.append(
+            f"Finding #{j + 1} repeats gold problem {gold[i].problem_id}, already credited to finding "
+            f"#{credited[i] + 1}; it counts 0 for precision."
+        )
+    for p in score.pairs:
+        if "coverage" not in p.used_for:
+            continue
+        g, f = gold[p.gold_index], findings[p.finding_index]
+        notes = []
+        if p.retrieval < 1:
+            missing, extra = sorted(set(g.evidence) - set(f.evidence)), sorted(set(f.evidence) - set(g.evidence))
+            notes.append(f"retrieval {p.retrieval:.2f}, missing evidence {missing or '-'}, extra evidence {extra or '-'}")
+        for c in JUDGED_COMPONENTS:
+            judged = getattr(p, c)
+            if score.judge_label != NO_JUDGE_LABEL and (judged is None or judged < 1):
+                shown = "not judged" if judged is None else f"{judged:.2f}"
+                notes.append(f"{c} {shown}: {_snippet(getattr(p, c + '_rationale'))}")
+        if notes:
+            lines.append(f"Gold problem {p.problem_id}, matched by finding #{p.finding_index + 1}: " + "; ".join(notes))
+    return "\n".join(lines)
+
+
+def tide_feedback_metric(component: str = "retrieval", kind: str = "f1", judge=None, overlap: str = "f1"):
+    """A GEPA metric `(gold, pred, trace=None, pred_name=None, pred_trace=None) -> dspy.Prediction(score, feedback)`.
+
+    The feedback is program-level (the same for every predictor): missed gold problems, spurious findings."""
+    import dspy
+
+    judge = make_judge(judge) if isinstance(judge, str) else judge
+    _check(component, kind, judge)
+
+    def metric(gold, pred, trace=None, pred_name=None, pred_trace=None) -> dspy.Prediction:
+        score, problems, findings = _score(gold, pred, judge, overlap)
+        return dspy.Prediction(
+            score=component_value(score, component, kind),
+            feedback=feedback_text(score, problems, findings, component, kind),
+        )
+
+    metric.__name__ = f"tide_feedback_{component}_{kind}"
+    return metric
