@@ -204,3 +204,11 @@ def test_invalid_configuration_is_refused():
         TIDE("workspace", guidance="demos")
     with pytest.raises(ValueError, match="setting"):
         TIDE("garden")
+
+
+def test_programs_accept_the_instance_as_a_keyword(workspace_instance):
+    """dspy.Evaluate and optimizers call program(**example.inputs())."""
+    lm = DummyLM([{"findings": []}])
+    with dspy.context(lm=lm):
+        out = SingleAgent("workspace")(instance=workspace_instance)
+    assert out.findings == [] and len(lm.history) == 1

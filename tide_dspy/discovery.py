@@ -102,6 +102,13 @@ class DiscoveryProgram(dspy.Module):
         self.dedup_threshold = dedup_threshold
         self.discover = dspy.Predict(get_setting(setting).round_signature)
 
+    def __call__(self, *args, **kwargs):
+        # dspy.Evaluate and the optimizers call program(**example.inputs()), i.e. program(instance=...), but
+        # dspy's callback wrapper of Module.__call__ names its own first parameter `instance`.
+        if not args and "instance" in kwargs:
+            args = (kwargs.pop("instance"),)
+        return super().__call__(*args, **kwargs)
+
     @property
     def setting(self) -> Setting:
         return get_setting(self.setting_name)
