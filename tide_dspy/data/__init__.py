@@ -12,3 +12,9 @@ def estimate_tokens(text: str) -> int:
     is good for budgeting prompts, not for billing. It needs no tokenizer and is deterministic.
     """
     return -(-len(text) // CHARS_PER_TOKEN)
+
+
+from tide_dspy.data.loaders import InvalidRecordError, LoadResult, load_instances, load_with_report, to_examples  # noqa: E402
+
+__all__ = ["CHARS_PER_TOKEN", "InvalidRecordError", "LoadResult", "estimate_tokens", "load_instances",
+           "load_with_report", "to_examples"]

@@ -1,0 +1,135 @@
+"""Load benchmark JSONL (a file or a folder of files) into validated Instances, through Hugging Face `datasets`."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import datasets
+import dspy
+
+from tide_dspy.data.records import describe_record_error, instance_from_record
+from tide_dspy.schemas import Instance
+
+logger = logging.getLogger(__name__)
+
+SETTINGS = ("workspace", "repository")
+
+
+class InvalidRecordError(ValueError):
+    """A JSONL line that is not a valid instance. The message names the file, the 1-based line and the field."""
+
+    def __init__(self, path: Path, line: int, reason: str):
+        self.path, self.line, self.reason = path, line, reason
+        super().__init__(f"{path} line {line}: {reason}; fix the record, or pass skip_invalid "
+                         f"(--skip-invalid) to skip it")
+
+
+@dataclass
+class LoadResult:
+    instances: list[Instance] = field(default_factory=list)
+    skipped: list[InvalidRecordError] = field(default_factory=list)
+
+
+def jsonl_files(path: str | Path) -> list[Path]:
+    path = Path(path)
+    if path.is_file():
+        return [path]
+    if path.is_dir():
+        files = sorted(path.glob("*.jsonl"))
+        if files:
+            return files
+        raise FileNotFoundError(f"{path}: the folder has no .jsonl files; pass a JSONL file or a folder of them")
+    raise FileNotFoundError(f"{path}: no such file or folder")
+
+
+def load_instances(path: str | Path, setting: str | None = None, split: str | None = None,
+                   skip_invalid: bool = False, cache_dir: str | Path | None = None) -> list[Instance]:
+    """Validated instances of a JSONL file or folder; see `load_with_report` for the skipped records."""
+    return load_with_report(path, setting, split, skip_invalid, cache_dir).instances
+
+
+def load_with_report(path: str | Path, setting: str | None = None, split: str | None = None,
+                     skip_invalid: bool = False, cache_dir: str | Path | None = None) -> LoadResult:
+    """Load and validate every record. The first invalid one raises InvalidRecordError, unless `skip_invalid`,
+    in which case each is logged as a warning and listed in `skipped`.
+
+    `setting` (workspace|repository) forces the format; by default each record's setting is detected and a
+    file may not mix settings. `split` keeps only instances of that split.
+    """
+    if setting is not None and setting not in SETTINGS:
+        raise ValueError(f"setting={setting!r}: use one of {', '.join(SETTINGS)}")
+    result = LoadResult()
+    seen: dict[str, tuple[Path, int]] = {}
+    for file in jsonl_files(path):
+        for line_no, text in _lines(file, cache_dir):
+            if not text.strip():
+                continue
+            try:
+                instance = _instance(text, setting)
+                if instance.instance_id in seen:
+                    first = seen[instance.instance_id]
+                    raise ValueError(f"instance_id: {instance.instance_id!r} repeats {first[0]} line {first[1]}")
+                if setting is None:
+                    setting = instance.setting  # the first record fixes the setting for the rest
+            except ValueError as exc:
+                error = InvalidRecordError(file, line_no, str(exc))
+                if not skip_invalid:
+                    raise error from exc
+                logger.warning("skipped %s", error)
+                result.skipped.append(error)
+                continue
+            seen[instance.instance_id] = (file, line_no)
+            if split is None or instance.split == split:
+                result.instances.append(instance)
+    if result.skipped:
+        logger.warning("skipped %d invalid record(s) of %s", len(result.skipped), path)
+    return result
+
+
+def _instance(text: str, setting: str | None) -> Instance:
+    try:
+        record = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"not valid JSON ({exc.msg} at column {exc.colno})") from exc
+    try:
+        return instance_from_record(record, setting=setting)
+    except ValueError as exc:  # pydantic's ValidationError is a ValueError
+        raise ValueError(describe_record_error(exc, record)) from exc
+
+
+def _lines(file: Path, cache_dir: str | Path | None) -> Iterator[tuple[int, str]]:
+    """(1-based line number, line text) of a JSONL file, read through `datasets` so it is cached as Arrow.
+
+    The "text" builder keeps each line as one string column instead of letting the "json" builder infer an
+    Arrow schema, because on these files inference changes or breaks the data: ISO `created_at` strings become
+    timestamps, fields whose shapes differ between records (payloads of emails vs. calendar entries, action
+    parameters, problem metadata) are unified or turned into opaque Json columns, and a line that does not fit
+    the schema fails the whole file without naming its line. Each row is then parsed with json.loads, and the
+    row index is the line number (the builder splits on newlines only).
+    """
+    with _quiet_progress():
+        ds = datasets.load_dataset("text", data_files=str(file.resolve()), split="train",
+                                   cache_dir=str(cache_dir) if cache_dir else None)
+    for index, text in enumerate(ds["text"]):
+        yield index + 1, text
+
+
+@contextmanager
+def _quiet_progress() -> Iterator[None]:
+    was_disabled = datasets.are_progress_bars_disabled()
+    datasets.disable_progress_bars()
+    try:
+        yield
+    finally:
+        if not was_disabled:
+            datasets.enable_progress_bars()
+
+
+def to_examples(instances: list[Instance]) -> list[dspy.Example]:
+    """One dspy.Example per instance, with the Instance as its single input field `instance`."""
+    return [dspy.Example(instance=instance).with_inputs("instance") for instance in instances]
