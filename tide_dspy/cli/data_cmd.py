@@ -26,8 +26,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     build.add_argument("--out", required=True, help="output JSONL, in the shared repository format")
     build.add_argument("--max-candidates", type=int, default=650, help="candidate pool limit per instance")
     build.add_argument("--max-problems", type=int, default=40, help="problems limit per instance")
-    build.add_argument("--test-repos", default="",
-                       help="comma-separated repo names whose instances get split 'test' (others: 'train')")
+    build.add_argument("--split", default="test", help="split label of the built instances (split by repository)")
+    build.add_argument("--repo-name", default=None,
+                       help="the rows' `repo` value that --repo is a clone of (needed when rows span repositories)")
     build.set_defaults(func=run_build_repo)
 
     gen = sub.add_parser("generate-workspace", help="generate PROBE-style workspaces with an LLM backbone")
@@ -62,7 +63,7 @@ def run_build_repo(args: argparse.Namespace) -> int:
 
     report = build_repository_instances(
         args.rows, args.repo, args.out, max_candidates=args.max_candidates, max_problems=args.max_problems,
-        test_repos={r.strip() for r in args.test_repos.split(",") if r.strip()},
+        split=args.split, repo_name=args.repo_name,
     )
     print(report.summary())
     return 0

@@ -66,7 +66,7 @@ def load_with_report(path: str | Path, setting: str | None = None, split: str | 
     result = LoadResult()
     seen: dict[str, tuple[Path, int]] = {}
     for file in jsonl_files(path):
-        for line_no, text in _lines(file, cache_dir):
+        for line_no, text in jsonl_lines(file, cache_dir):
             if not text.strip():
                 continue
             try:
@@ -102,7 +102,7 @@ def _instance(text: str, setting: str | None) -> Instance:
         raise ValueError(describe_record_error(exc, record)) from exc
 
 
-def _lines(file: Path, cache_dir: str | Path | None) -> Iterator[tuple[int, str]]:
+def jsonl_lines(file: Path, cache_dir: str | Path | None = None) -> Iterator[tuple[int, str]]:
     """(1-based line number, line text) of a JSONL file, read through `datasets` so it is cached as Arrow.
 
     The "text" builder keeps each line as one string column instead of letting the "json" builder infer an

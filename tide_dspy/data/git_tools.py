@@ -1,0 +1,126 @@
+"""Read-only access to a git clone, and scratch copies of a commit's files to try patches on.
+
+The user's clone is only read (`git ls-tree`, `git archive`, `git log`); every patch is applied inside a temporary
+directory that is not part of any repository.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import shutil
+import subprocess
+import tarfile
+import tempfile
+from datetime import UTC, datetime
+from functools import cache
+from pathlib import Path
+
+from tide_dspy.settings import patch_paths
+
+HUNK_HEADER = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
+
+
+def _git(args: list[str], *, cwd: Path | None = None, input: bytes | None = None,
+         check: bool = True) -> subprocess.CompletedProcess:
+    # No repository discovery above a scratch directory: `git apply` then works on plain files.
+    env = {**os.environ, "GIT_CEILING_DIRECTORIES": str(cwd.parent)} if cwd else None
+    proc = subprocess.run(["git", *args], cwd=cwd, input=input, capture_output=True, env=env)
+    if check and proc.returncode != 0:
+        raise RuntimeError(f"git {' '.join(args[:3])} failed: {proc.stderr.decode(errors='replace').strip()}")
+    return proc
+
+
+def touched_paths(patch: str) -> list[str]:
+    """Old and new paths of every file a unified diff touches."""
+    old = re.findall(r"^--- a/(\S+)", patch, re.M)
+    return list(dict.fromkeys(old + patch_paths(patch)))
+
+
+class GitClone:
+    """A local clone, read but never written."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        if _git(["-C", str(self.path), "rev-parse", "--git-dir"], check=False).returncode != 0:
+            raise FileNotFoundError(f"{self.path}: not a git repository; pass a local clone with --repo")
+
+    def git(self, *args: str, input: bytes | None = None) -> bytes:
+        return _git(["-C", str(self.path), *args], input=input).stdout
+
+    @cache
+    def has_commit(self, sha: str) -> bool:
+        return _git(["-C", str(self.path), "cat-file", "-e", f"{sha}^{{commit}}"], check=False).returncode == 0
+
+    @cache
+    def commit_time(self, sha: str) -> int:
+        return int(self.git("log", "-1", "--format=%ct", sha))
+
+    def commit_date(self, sha: str) -> str:
+        return datetime.fromtimestamp(self.commit_time(sha), UTC).isoformat()
+
+    def existing(self, sha: str, paths: list[str]) -> list[str]:
+        if not paths:
+            return []
+        listed = self.git("ls-tree", "-r", "--name-only", sha, "--", *paths).decode().splitlines()
+        return [p for p in paths if p in set(listed)]
+
+    def snapshot(self, sha: str, paths: list[str]) -> Snapshot:
+        """A scratch directory holding those of `paths` that exist at `sha` (via `git archive`)."""
+        snap = Snapshot(Path(tempfile.mkdtemp(prefix="tide-snap-")))
+        present = self.existing(sha, paths)
+        if present:
+            with tarfile.open(fileobj=io.BytesIO(self.git("archive", sha, "--", *present))) as tar:
+                tar.extractall(snap.root / "tree", filter="data")
+        else:
+            (snap.root / "tree").mkdir()
+        return snap
+
+
+class Snapshot:
+    """Files of one commit in a temporary directory (`root/tree`), where patches are checked and applied."""
+
+    def __init__(self, root: Path):
+        self.root = root
+
+    @property
+    def tree(self) -> Path:
+        return self.root / "tree"
+
+    def applies(self, patch: str, reverse: bool = False) -> bool:
+        """`git apply --check` (no fuzz), forward or in reverse."""
+        args = ["apply", "--check", *(["-R"] if reverse else []), "-"]
+        return _git(args, cwd=self.tree, input=patch.encode(), check=False).returncode == 0
+
+    def apply(self, patch: str) -> None:
+        _git(["apply", "-"], cwd=self.tree, input=patch.encode())
+
+    def copy(self) -> Snapshot:
+        other = Snapshot(Path(tempfile.mkdtemp(prefix="tide-snap-")))
+        shutil.copytree(self.tree, other.tree)
+        return other
+
+    def close(self) -> None:
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    def __enter__(self) -> Snapshot:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def changed_old_lines(old: Path, new: Path) -> list[tuple[int, int, list[str]]]:
+    """Hunks of `git diff --no-index -U0 old new` as (first old line, old line count, inserted lines).
+
+    A count of 0 is a pure insertion after old line `first`.
+    """
+    out = _git(["diff", "--no-index", "--no-color", "-U0", "--", str(old), str(new)], check=False).stdout
+    hunks: list[tuple[int, int, list[str]]] = []
+    for line in out.decode(errors="replace").splitlines():
+        if m := HUNK_HEADER.match(line):
+            hunks.append((int(m.group(1)), int(m.group(2) or 1), []))
+        elif hunks and line.startswith("+"):  # the file header precedes the first hunk
+            hunks[-1][2].append(line[1:])
+    return hunks
