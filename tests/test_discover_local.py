@@ -1,0 +1,47 @@
+"""`tide discover repo` end to end on the embedded 0.5B model and the self-written sample repository."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tide_dspy.cli.main import main
+
+SAMPLE_REPO = Path(__file__).resolve().parents[1] / "examples" / "sample_repo"
+
+pytestmark = pytest.mark.local
+
+
+@pytest.fixture
+def local_small_weights():
+    pytest.importorskip("llama_cpp", reason="the embedded backbone needs the `local` extra (llama-cpp-python)")
+    from tide_dspy.backbones.llamacpp import LOCAL_MODELS
+    from tide_dspy.backbones.weights import WeightsError, assemble
+
+    try:
+        assemble(LOCAL_MODELS["qwen2.5-coder-0.5b-instruct"])
+    except WeightsError as exc:
+        pytest.skip(str(exc))
+
+
+def test_discover_sample_repo_on_the_embedded_model(local_small_weights, tmp_path, capsys):
+    sources = {p: p.read_text() for p in SAMPLE_REPO.rglob("*.py")}
+    out = tmp_path / "report"
+    rc = main(["discover", "repo", str(SAMPLE_REPO), "--backbone", "local-small", "--rounds", "2",
+               "--out", str(out)])
+    printed = capsys.readouterr().out
+    print(printed)  # visible with -s: the progress lines and the summary
+    assert rc == 0
+    assert "[round 1]" in printed and "done: " in printed
+    candidates = {f"{p.relative_to(SAMPLE_REPO).as_posix()}::" for p in sources}
+    findings = json.loads((out / "findings.json").read_text())["findings"]
+    for f in findings:
+        assert all(any(e.startswith(prefix) for prefix in candidates) for e in f["evidence"])
+        if f["patch"]:
+            assert f["patch_check"]["status"] in ("applies", "does not apply")
+    run = json.loads((out / "run.json").read_text())
+    assert 1 <= run["summary"]["rounds"] <= 2 and run["summary"]["lm_calls"] >= 1
+    assert (out / "report.md").read_text().startswith("# TIDE discover report")
+    assert {p: p.read_text() for p in sources} == sources  # nothing was applied

@@ -1,0 +1,290 @@
+"""`tide discover repo`: file selection, patch checks against a real git repository, windows, report, CLI."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+from dspy.utils.dummies import DummyLM
+
+from tide_dspy.cli import discover_cmd
+from tide_dspy.cli.main import main
+from tide_dspy.data import estimate_tokens
+from tide_dspy.discover import discover_repository, write_report
+from tide_dspy.discover.patches import APPLIES, DOES_NOT_APPLY, NO_PATCH, PatchChecker, git_toplevel
+from tide_dspy.discover.run import select_files
+from tide_dspy.discover.windows import PROMPT_OVERHEAD_TOKENS
+from tide_dspy.settings import NO_GUIDANCE
+
+MATHUTIL = '''def mean(values):
+    return sum(values) / (len(values) - 1)
+
+
+class Counter:
+    def __init__(self):
+        self.n = 0
+
+    def bump(self, by=1):
+        self.n += by
+        return self.n
+'''
+TEXT = "def shout(s):\n    return s.upper()\n"
+# A long docstring makes tools/ the larger package, for the window tests.
+REPORT = 'def render(rows):\n    """' + "Render rows as a table. " * 60 + '"""\n    return "\\n".join(rows)\n'
+
+GOOD_PATCH = """diff --git a/pkg/mathutil.py b/pkg/mathutil.py
+--- a/pkg/mathutil.py
++++ b/pkg/mathutil.py
+@@ -1,3 +1,3 @@
+ def mean(values):
+-    return sum(values) / (len(values) - 1)
++    return sum(values) / len(values)
+ 
+"""
+BAD_PATCH = """diff --git a/pkg/text.py b/pkg/text.py
+--- a/pkg/text.py
++++ b/pkg/text.py
+@@ -1,2 +1,2 @@
+ def shout(text):
+-    return text.lower()
++    return text.upper()
+"""
+
+
+def run_git(cwd: Path, *args: str) -> None:
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@example.org", *args], cwd=cwd, check=True,
+                   capture_output=True)
+
+
+def write_tree(root: Path) -> Path:
+    (root / "pkg").mkdir(parents=True)
+    (root / "tools").mkdir()
+    (root / "pkg" / "__init__.py").write_text("")
+    (root / "pkg" / "mathutil.py").write_text(MATHUTIL)
+    (root / "pkg" / "text.py").write_text(TEXT)
+    (root / "tools" / "report.py").write_text(REPORT)
+    return root
+
+
+@pytest.fixture
+def repo(tmp_path) -> Path:
+    root = write_tree(tmp_path / "repo")
+    run_git(root, "init", "-q")
+    run_git(root, "add", ".")
+    run_git(root, "commit", "-qm", "initial")
+    return root
+
+
+def finding(description, evidence, patch, template="", why=""):
+    return {"description": description, "evidence_ids": evidence, "patch": patch,
+            "used_template_id": template, "why": why}
+
+
+def answers(*findings):
+    """A round that returns these findings, then an empty round that ends the loop."""
+    return [{"findings": json.dumps(list(findings))}, {"findings": "[]"}]
+
+
+# ---- patches ----
+
+def test_patch_that_applies_and_one_that_does_not(repo):
+    checker = PatchChecker(repo)
+    assert checker.check(GOOD_PATCH).status == APPLIES
+    bad = checker.check(BAD_PATCH)
+    assert bad.status == DOES_NOT_APPLY and "pkg/text.py" in bad.reason and "does not apply" in bad.reason
+    assert checker.check(None).status == NO_PATCH
+    assert "error" in checker.check("not a diff at all").reason.lower()
+    assert (repo / "pkg" / "mathutil.py").read_text() == MATHUTIL  # nothing was applied
+    assert subprocess.run(["git", "status", "--porcelain"], cwd=repo, capture_output=True, text=True).stdout == ""
+
+
+def test_patch_check_in_a_subfolder_of_a_repository(repo):
+    # Patch paths are relative to the folder named; git apply run there would silently skip them.
+    sub = repo / "nested"
+    write_tree(sub)
+    checker = PatchChecker(sub)
+    assert checker.check(GOOD_PATCH).status == APPLIES
+    assert checker.check(BAD_PATCH).status == DOES_NOT_APPLY
+
+
+def test_patch_check_in_a_plain_folder(tmp_path):
+    root = write_tree(tmp_path / "plain")
+    if git_toplevel(root) is not None:
+        pytest.skip("the temporary folder lies inside a git repository")
+    checker = PatchChecker(root)
+    assert checker.check(GOOD_PATCH).status == APPLIES
+    assert checker.check(BAD_PATCH).status == DOES_NOT_APPLY
+
+
+# ---- file selection ----
+
+def test_include_exclude_and_since(repo):
+    assert select_files(repo) == ["pkg/__init__.py", "pkg/mathutil.py", "pkg/text.py", "tools/report.py"]
+    assert select_files(repo, include=["pkg"]) == ["pkg/__init__.py", "pkg/mathutil.py", "pkg/text.py"]
+    assert select_files(repo, include=["*.py"], exclude=["pkg/__init__.py", "tools/*"]) == ["pkg/mathutil.py",
+                                                                                            "pkg/text.py"]
+    (repo / "pkg" / "text.py").write_text(TEXT + "\n\ndef whisper(s):\n    return s.lower()\n")
+    (repo / "pkg" / "new.py").write_text("def fresh():\n    return 1\n")
+    assert select_files(repo, since="HEAD") == ["pkg/new.py", "pkg/text.py"]
+    with pytest.raises(ValueError, match="--since no-such-ref"):
+        select_files(repo, since="no-such-ref")
+
+
+def test_since_outside_git_is_a_clear_error(tmp_path):
+    root = write_tree(tmp_path / "plain")
+    if git_toplevel(root) is not None:
+        pytest.skip("the temporary folder lies inside a git repository")
+    with pytest.raises(ValueError, match="--since needs a git repository"):
+        select_files(root, since="HEAD")
+
+
+# ---- the run ----
+
+def test_discover_repository_checks_every_patch(repo):
+    lm = DummyLM(answers(finding("mean divides by n - 1", ["pkg/mathutil.py::mean"], GOOD_PATCH),
+                         finding("shout is wrong", ["pkg/text.py::shout", "pkg/gone.py::f"], BAD_PATCH)))
+    lines = []
+    result = discover_repository(repo, lm=lm, backbone="none-shipped", per_round=2, progress=lines.append)
+    assert [f.evidence for f in result.findings] == [["pkg/mathutil.py::mean"], ["pkg/text.py::shout"]]
+    assert [c.status for c in result.patch_checks] == [APPLIES, DOES_NOT_APPLY]
+    assert "patch_does_not_apply" in result.findings[1].flags
+    assert result.instance.anchor_commit and len(result.instance.artifacts) == 5
+    assert any(line.startswith("[round 1] 2 new") for line in lines)
+    assert any(line.startswith("[round 2] 0 new") for line in lines)
+    assert "plain TIDE module without templates" in result.program_source
+    summary = result.summary()
+    assert summary["rounds"] == 2 and summary["lm_calls"] == 2 and summary["patches_apply"] == 1
+
+
+def test_large_context_is_split_into_windows_and_findings_merged(repo):
+    # Each window answers from its own context; the repeated answer in round 2 is a re-discovery.
+    lm = DummyLM({
+        "tools/report.py::render": {"findings": json.dumps([finding("render drops rows", ["tools/report.py::render"], "")])},
+        "pkg/mathutil.py::mean": {"findings": json.dumps([finding("mean divides by n - 1", ["pkg/mathutil.py::mean"],
+                                                                  GOOD_PATCH)])},
+    })
+    pkg_tokens = sum(estimate_tokens(p.read_text()) for p in (repo / "pkg").glob("*.py"))
+    tools_tokens = estimate_tokens(REPORT)
+    assert tools_tokens > pkg_tokens
+    fixed = PROMPT_OVERHEAD_TOKENS + 1000 + estimate_tokens(NO_GUIDANCE)  # DummyLM's max_tokens is 1000
+    lines = []
+    result = discover_repository(repo, lm=lm, backbone="none-shipped", max_context_tokens=fixed + tools_tokens + 60,
+                                 progress=lines.append)
+    assert result.windows == 2
+    assert sorted(f.description for f in result.findings) == ["mean divides by n - 1", "render drops rows"]
+    assert {r.window for r in result.rounds} == {1, 2}
+    assert [r.record.rediscovered for r in result.rounds if r.record.round == 2] == [1, 1]
+    assert any("split into 2 windows" in line for line in lines)
+    assert any(line.startswith("[window 2/2, round 1]") for line in lines)
+
+
+def test_one_file_larger_than_the_window_is_a_clear_error(repo):
+    fixed = PROMPT_OVERHEAD_TOKENS + 1000 + estimate_tokens(NO_GUIDANCE)
+    with pytest.raises(ValueError, match=r"tools/report.py alone needs about \d+ tokens, but a window holds 50 tokens"):
+        discover_repository(repo, lm=DummyLM([]), backbone="none-shipped", max_context_tokens=fixed + 50,
+                            progress=lambda line: None)
+
+
+def test_report_files(repo, tmp_path):
+    lm = DummyLM(answers(finding("mean divides by n - 1", ["pkg/mathutil.py::mean"], GOOD_PATCH),
+                         finding("shout is wrong", ["pkg/text.py::shout"], BAD_PATCH)))
+    result = discover_repository(repo, lm=lm, backbone="none-shipped", per_round=2, progress=lambda line: None)
+    paths = write_report(result, tmp_path / "out")
+
+    data = json.loads(paths["findings.json"].read_text())
+    assert list(data) == ["findings"]
+    first, second = data["findings"]
+    assert first["evidence"] == ["pkg/mathutil.py::mean"] and first["patch"] == GOOD_PATCH
+    assert first["patch_check"] == {"status": "applies", "reason": ""}
+    assert second["patch_check"]["status"] == "does not apply"
+    for key in ("description", "evidence", "patch", "used_template_id", "why", "round", "flags"):
+        assert key in first
+
+    md = paths["report.md"].read_text()
+    assert "## Finding 1" in md and "mean divides by n - 1" in md
+    assert "`pkg/mathutil.py:1-2 (pkg/mathutil.py::mean)`" in md
+    assert "Patch: **applies**" in md and "Patch: **does not apply: " in md
+    assert "none cited (template-novel)" in md
+    assert "```diff" in md and "| window | round |" in md
+    assert "Summary: 2 findings, 1/2 patches apply | 2 rounds over 1 window(s) | 2 LM calls" in md
+
+    page = paths["report.html"].read_text()
+    assert page.startswith("<!doctype html>") and "<style>" in page
+    assert "<script" not in page and "<link" not in page and "src=" not in page  # self-contained
+    assert "class='applies'>applies<" in page and "does not apply" in page
+    assert "&lt;" not in md and "pkg/mathutil.py:1-2" in page
+
+    run = json.loads(paths["run.json"].read_text())
+    assert run["summary"]["lm_calls"] == 2 and len(run["rounds"]) == 2
+
+
+# ---- the CLI ----
+
+@pytest.fixture
+def inject_lm(monkeypatch):
+    def inject(lm):
+        monkeypatch.setattr(discover_cmd, "lm_from_args", lambda args: lm)
+    return inject
+
+
+def test_cli_end_to_end_with_templates(repo, tmp_path, inject_lm, capsys):
+    library = tmp_path / "templates.json"
+    library.write_text(json.dumps({"templates": [{"id": "t1", "name": "Wrong divisor", "pattern": "an average "
+                                                  "divides by the wrong count", "evidence_flow": ["find a division"]}]}))
+    inject_lm(DummyLM(answers(finding("mean divides by n - 1", ["pkg/mathutil.py::mean"], GOOD_PATCH, "t1",
+                                      "the divisor is the count minus one"))))
+    out = tmp_path / "report"
+    rc = main(["discover", "repo", str(repo), "--templates", str(library), "--rounds", "2", "--out", str(out),
+               "--backbone", "none-shipped", "--exclude", "tools/*"])
+    assert rc == 0
+    printed = capsys.readouterr().out
+    assert f"using plain TIDE module with 1 template(s) ({library})" in printed
+    assert "[round 1] 1 new" in printed and "done: 1 finding, 1/1 patches apply" in printed
+    assert f"report: {out / 'report.md'}" in printed
+    md = (out / "report.md").read_text()
+    assert "Template: t1 (Wrong divisor): the divisor is the count minus one" in md
+    assert json.loads((out / "findings.json").read_text())["findings"][0]["used_template_id"] == "t1"
+    assert (out / "report.html").is_file()
+
+
+def test_cli_uses_a_saved_program(repo, tmp_path, inject_lm, capsys):
+    from tide_dspy.programs import build_program, save_program
+
+    saved = save_program(build_program("iter", "repository", max_rounds=1), tmp_path / "prog.json")
+    inject_lm(DummyLM(answers()))
+    rc = main(["discover", "repo", str(repo), "--program", str(saved), "--out", str(tmp_path / "o")])
+    assert rc == 0
+    assert f"using program {saved}" in capsys.readouterr().out
+    wrong = save_program(build_program("iter", "workspace"), tmp_path / "ws.json")
+    rc = main(["discover", "repo", str(repo), "--program", str(wrong), "--out", str(tmp_path / "o")])
+    assert rc == 2
+    assert "compiled for the workspace setting" in capsys.readouterr().err
+
+
+def test_cli_error_when_a_file_exceeds_the_window(repo, tmp_path, inject_lm, capsys):
+    inject_lm(DummyLM([]))
+    rc = main(["discover", "repo", str(repo), "--max-context-tokens", "2600", "--out", str(tmp_path / "o"),
+               "--backbone", "none-shipped"])
+    assert rc == 2
+    err = capsys.readouterr().err
+    assert "tools/report.py alone needs about" in err and "a window holds" in err
+    assert not (tmp_path / "o").exists()
+
+
+def test_cli_error_for_a_missing_folder(tmp_path, inject_lm, capsys):
+    inject_lm(DummyLM([]))
+    assert main(["discover", "repo", str(tmp_path / "nope")]) == 2
+    assert "not a directory" in capsys.readouterr().err
+
+
+def test_unparseable_python_file_is_reported_and_skipped(repo, tmp_path):
+    (repo / "pkg" / "broken.py").write_text("def oops(:\n    pass\n")
+    lines = []
+    result = discover_repository(repo, lm=DummyLM(answers()), backbone="none-shipped", progress=lines.append)
+    assert [s["path"] for s in result.skipped] == ["pkg/broken.py"]
+    assert "does not parse" in result.skipped[0]["reason"]
+    assert any(line.startswith("skipped pkg/broken.py: line 1") for line in lines)
+    assert len(result.instance.artifacts) == 5
+    assert "- pkg/broken.py: line 1" in write_report(result, tmp_path / "o")["report.md"].read_text()

@@ -1,0 +1,80 @@
+"""`tide discover repo PATH` and `tide discover workspace DIR`: find hidden problems and write a report."""
+
+from __future__ import annotations
+
+import argparse
+
+from tide_dspy.cli.common import add_lm_options
+
+
+def lm_from_args(args: argparse.Namespace):
+    """The LM the command runs on. Tests replace this function to inject a DummyLM."""
+    from tide_dspy.backbones import get_lm
+
+    return get_lm(args.backbone, api_base=args.api_base, temperature=args.temperature,
+                  max_tokens=args.max_tokens, num_threads=args.threads)
+
+
+def _add_run_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--program", default=None,
+                        help="a saved program (JSON or models:/ URI); default: programs/<setting>/<backbone>/tide.json "
+                             "if shipped, else the plain TIDE module")
+    parser.add_argument("--templates", default=None,
+                        help="a template library JSON; default: programs/<setting>/<backbone>/templates.json if shipped")
+    parser.add_argument("--rounds", type=int, default=None, help="discovery rounds T (default: the program's)")
+    parser.add_argument("--per-round", type=int, default=None, help="new findings per round k (default: the program's)")
+    parser.add_argument("--max-context-tokens", type=int, default=None,
+                        help="context window to plan for (default: the backbone's n_ctx, else 32768)")
+    parser.add_argument("--out", default="tide-report", help="report folder (default: ./tide-report)")
+    add_lm_options(parser)
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    discover = subparsers.add_parser("discover", help="run TIDE on your own repository or workspace folder")
+    sub = discover.add_subparsers(dest="target", required=True)
+
+    repo = sub.add_parser("repo", help="find bugs in a Python source tree and propose patches")
+    repo.add_argument("path", help="root of the source tree (a git checkout or a plain folder)")
+    repo.add_argument("--include", action="append", default=[], metavar="GLOB",
+                      help="only these files (glob on paths relative to PATH, or a folder); repeatable")
+    repo.add_argument("--exclude", action="append", default=[], metavar="GLOB", help="skip these files; repeatable")
+    repo.add_argument("--since", default=None, metavar="REF", help="only files changed since this git ref")
+    _add_run_options(repo)
+    repo.set_defaults(func=run_repo)
+
+    ws = sub.add_parser("workspace", help="find hidden problems in a folder of .eml/.mbox/.ics/.md/.txt/.csv files")
+    ws.add_argument("dir", help="the workspace folder")
+    ws.add_argument("--profile", default=None, help="profile.yaml: who the person is (full_name, occupation, about, today, ...)")
+    ws.add_argument("--actions", default=None, help="actions.yaml: the action library (default: one action per PROBE type)")
+    _add_run_options(ws)
+    ws.set_defaults(func=run_workspace)
+
+
+def _report(result, args: argparse.Namespace) -> int:
+    from tide_dspy.discover import write_report
+
+    paths = write_report(result, args.out)
+    print(f"report: {paths['report.md']} (also {paths['report.html'].name}, {paths['findings.json'].name}, "
+          f"{paths['run.json'].name})")
+    return 0
+
+
+def _common(args: argparse.Namespace) -> dict:
+    return dict(lm=lm_from_args(args), backbone=args.backbone, program=args.program, templates=args.templates,
+                rounds=args.rounds, per_round=args.per_round, max_context_tokens=args.max_context_tokens,
+                progress=lambda line: print(line, flush=True))
+
+
+def run_repo(args: argparse.Namespace) -> int:
+    from tide_dspy.discover import discover_repository
+
+    result = discover_repository(args.path, include=args.include, exclude=args.exclude, since=args.since,
+                                 **_common(args))
+    return _report(result, args)
+
+
+def run_workspace(args: argparse.Namespace) -> int:
+    from tide_dspy.discover import discover_workspace
+
+    result = discover_workspace(args.dir, profile=args.profile, actions=args.actions, **_common(args))
+    return _report(result, args)

@@ -1,0 +1,273 @@
+"""Ingest a workspace folder (mail, calendars, documents) into Artifacts shaped like the shared workspace data.
+
+Every item gets a stable id: its kind, "_", and 8 hex characters of a hash of the file's relative path and the
+item's key inside the file (Message-ID or UID when there is one, else its index). Renaming the folder does not change
+ids; moving a file does. A file that cannot be read is reported with its name and the reason, and skipped.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import mailbox
+import os
+from dataclasses import dataclass, field
+from datetime import date, datetime, timedelta
+from email import policy
+from email.message import EmailMessage
+from email.parser import BytesParser
+from html.parser import HTMLParser
+from pathlib import Path
+
+import icalendar
+
+from tide_dspy.schemas import Artifact
+
+EMAIL_SUFFIXES = (".eml",)
+MBOX_SUFFIXES = (".mbox",)
+CALENDAR_SUFFIXES = (".ics",)
+DOCUMENT_MIME = {".md": "text/markdown", ".markdown": "text/markdown", ".txt": "text/plain", ".csv": "text/csv"}
+SUPPORTED_SUFFIXES = EMAIL_SUFFIXES + MBOX_SUFFIXES + CALENDAR_SUFFIXES + tuple(DOCUMENT_MIME)
+
+
+class IngestError(ValueError):
+    """One file cannot be turned into artifacts; the message says why."""
+
+
+@dataclass
+class Skipped:
+    path: str
+    reason: str
+
+
+@dataclass
+class IngestResult:
+    artifacts: list[Artifact] = field(default_factory=list)
+    sources: dict[str, str] = field(default_factory=dict)  # artifact id -> relative file it came from
+    skipped: list[Skipped] = field(default_factory=list)  # unreadable files
+    ignored: list[str] = field(default_factory=list)  # files of a type we do not read
+
+    def counts(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for a in self.artifacts:
+            out[a.kind] = out.get(a.kind, 0) + 1
+        return out
+
+
+def stable_id(kind: str, rel_path: str, key: str) -> str:
+    digest = hashlib.sha256(f"{rel_path}\0{key}".encode()).hexdigest()
+    return f"{kind}_{digest[:8]}"
+
+
+def iso(value) -> str:
+    """ISO 8601 wall time as written (no UTC offset), like the shared data; dates stay dates."""
+    if isinstance(value, datetime):
+        return value.replace(tzinfo=None).isoformat(timespec="seconds")
+    if isinstance(value, date):
+        return value.isoformat()
+    return ""
+
+
+# ---- email ----
+
+class _TextOfHtml(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.parts: list[str] = []
+
+    def handle_data(self, data):
+        self.parts.append(data)
+
+
+def _html_to_text(html: str) -> str:
+    parser = _TextOfHtml()
+    parser.feed(html)
+    return " ".join(" ".join(parser.parts).split())
+
+
+def _addresses(msg: EmailMessage, name: str) -> list[str]:
+    header = msg[name]
+    if header is None:
+        return []
+    addresses = getattr(header, "addresses", None)
+    if addresses is None:
+        return [str(header)]
+    return [str(a) for a in addresses]
+
+
+def _body(msg: EmailMessage) -> str:
+    part = msg.get_body(preferencelist=("plain", "html"))
+    if part is None:
+        return ""
+    text = part.get_content()
+    if part.get_content_subtype() == "html":
+        text = _html_to_text(text)
+    return text.strip()
+
+
+def email_payload(msg: EmailMessage) -> tuple[dict, str | None]:
+    """(payload, created_at) of one parsed message. Raises IngestError when it has no mail headers at all."""
+    if not any(msg[h] for h in ("From", "To", "Subject", "Date")):
+        raise IngestError("no From/To/Subject/Date header: this is not an RFC 822 message")
+    date_header = msg["Date"]
+    when = getattr(date_header, "datetime", None) if date_header is not None else None
+    timestamp = iso(when) if when else ""
+    payload = {
+        "subject": str(msg["Subject"] or ""),
+        "sender": (_addresses(msg, "From") or [""])[0],
+        "to": _addresses(msg, "To"),
+        "cc": _addresses(msg, "Cc"),
+        "timestamp": timestamp,
+        "body": _body(msg),
+    }
+    return payload, timestamp or None
+
+
+def _parse_message(data: bytes) -> EmailMessage:
+    return BytesParser(policy=policy.default).parsebytes(data)
+
+
+def read_eml(path: Path) -> list[tuple[str, dict, str | None]]:
+    msg = _parse_message(path.read_bytes())
+    payload, created = email_payload(msg)
+    return [(str(msg["Message-ID"] or "").strip() or "#0", payload, created)]
+
+
+def read_mbox(path: Path) -> list[tuple[str, dict, str | None]]:
+    box = mailbox.mbox(path, factory=lambda f: BytesParser(policy=policy.default).parse(f), create=False)
+    items = []
+    try:
+        for index, msg in enumerate(box):
+            payload, created = email_payload(msg)
+            items.append((str(msg["Message-ID"] or "").strip() or f"#{index}", payload, created))
+    except IngestError as exc:
+        raise IngestError(f"message {len(items) + 1}: {exc}") from None
+    finally:
+        box.close()
+    if not items:
+        raise IngestError("no messages found (an mbox file starts each message with a 'From ' line)")
+    return items
+
+
+# ---- calendar ----
+
+def _person(value) -> str:
+    address = str(value)
+    if address.lower().startswith("mailto:"):
+        address = address[len("mailto:"):]
+    name = getattr(value, "params", {}).get("CN")
+    return f"{name} <{address}>" if name else address
+
+
+def _people(value) -> list[str]:
+    if value is None:
+        return []
+    values = value if isinstance(value, list) else [value]
+    return [_person(v) for v in values]
+
+
+def event_payload(event) -> tuple[dict, str | None]:
+    start = event.get("DTSTART")
+    if start is None:
+        raise IngestError(f"event {str(event.get('SUMMARY', ''))!r} has no DTSTART")
+    start_dt = start.dt
+    end = event.get("DTEND")
+    if end is not None:
+        end_dt = end.dt
+    elif event.get("DURATION") is not None:
+        end_dt = start_dt + event.get("DURATION").dt
+    else:
+        end_dt = start_dt + (timedelta(days=1) if not isinstance(start_dt, datetime) else timedelta(0))
+    attendees = _people(event.get("ORGANIZER")) + _people(event.get("ATTENDEE"))
+    description = str(event.get("DESCRIPTION", "") or "").strip()
+    if event.get("RRULE") is not None:
+        rule = event.get("RRULE").to_ical().decode()
+        description = f"{description}\nRecurs: {rule}".strip()
+    created = next((event.get(k).dt for k in ("CREATED", "DTSTAMP", "LAST-MODIFIED") if event.get(k) is not None), None)
+    payload = {
+        "title": str(event.get("SUMMARY", "") or ""),
+        "start_time": iso(start_dt),
+        "end_time": iso(end_dt),
+        "location": str(event.get("LOCATION", "") or ""),
+        "attendees": list(dict.fromkeys(attendees)),
+        "description": description,
+    }
+    return payload, iso(created) or None
+
+
+def read_ics(path: Path) -> list[tuple[str, dict, str | None]]:
+    try:
+        calendar = icalendar.Calendar.from_ical(path.read_bytes())
+    except ValueError as exc:
+        raise IngestError(f"not an iCalendar file ({exc})") from None
+    items = []
+    for index, event in enumerate(calendar.walk("VEVENT")):
+        payload, created = event_payload(event)
+        uid = str(event.get("UID", "") or "")
+        recurrence = event.get("RECURRENCE-ID")
+        key = f"{uid}@{iso(recurrence.dt)}" if uid and recurrence is not None else (uid or f"#{index}")
+        items.append((key, payload, created))
+    if not items:
+        raise IngestError("no VEVENT entries")
+    return items
+
+
+# ---- documents ----
+
+def read_document(path: Path) -> list[tuple[str, dict, str | None]]:
+    try:
+        text = path.read_bytes().decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise IngestError(f"not UTF-8 text (byte {exc.start}); convert it to UTF-8") from None
+    if not text.strip():
+        raise IngestError("empty document")
+    mime = DOCUMENT_MIME[path.suffix.lower()]
+    title = path.stem
+    if mime == "text/markdown":
+        title = next((line.lstrip("#").strip() for line in text.splitlines() if line.startswith("#")), title)
+    modified = datetime.fromtimestamp(path.stat().st_mtime)
+    return [("#0", {"title": title, "mime": mime, "content": text.strip()}, iso(modified))]
+
+
+READERS = {
+    **{s: ("email", read_eml) for s in EMAIL_SUFFIXES},
+    **{s: ("email", read_mbox) for s in MBOX_SUFFIXES},
+    **{s: ("calendar", read_ics) for s in CALENDAR_SUFFIXES},
+    **{s: ("document", read_document) for s in DOCUMENT_MIME},
+}
+
+
+def workspace_files(root: Path) -> list[str]:
+    """Relative posix paths of every non-hidden file under root, sorted."""
+    found = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        here = Path(dirpath)
+        found.extend((here / f).relative_to(root).as_posix() for f in sorted(filenames) if not f.startswith("."))
+    return found
+
+
+def ingest_workspace(root: str | Path) -> IngestResult:
+    """Read every supported file under root; list unreadable files in `skipped` and other types in `ignored`."""
+    root = Path(root)
+    if not root.is_dir():
+        raise FileNotFoundError(f"{root}: not a directory; pass a folder of .eml/.mbox/.ics/.md/.txt/.csv files")
+    result = IngestResult()
+    for rel in workspace_files(root):
+        reader = READERS.get(Path(rel).suffix.lower())
+        if reader is None:
+            result.ignored.append(rel)
+            continue
+        kind, read = reader
+        try:
+            items = read(root / rel)
+        except (IngestError, ValueError, UnicodeError, OSError) as exc:
+            result.skipped.append(Skipped(rel, str(exc) or type(exc).__name__))
+            continue
+        for index, (key, payload, created) in enumerate(items):
+            artifact_id = stable_id(kind, rel, key)
+            if artifact_id in result.sources:  # the same Message-ID/UID twice in one file
+                artifact_id = stable_id(kind, rel, f"{key}#{index}")
+            result.artifacts.append(Artifact(id=artifact_id, kind=kind, created_at=created, payload=payload))
+            result.sources[artifact_id] = rel
+    result.artifacts.sort(key=lambda a: (a.created_at or "9999", a.id))
+    return result

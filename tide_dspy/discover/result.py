@@ -1,0 +1,65 @@
+"""What one `tide discover` run produced: the findings, their checks, and how the run went."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from tide_dspy.discover.patches import PatchCheck
+from tide_dspy.schemas import Artifact, Finding, Instance, RoundRecord, Template
+
+
+@dataclass
+class WindowRound:
+    window: int  # 1-based
+    record: RoundRecord
+
+
+@dataclass
+class DiscoverResult:
+    setting: str
+    target: str
+    instance: Instance
+    findings: list[Finding]
+    program_source: str
+    templates: list[Template] = field(default_factory=list)
+    patch_checks: list[PatchCheck | None] = field(default_factory=list)  # aligned with findings
+    rounds: list[WindowRound] = field(default_factory=list)
+    windows: int = 1
+    sources: dict[str, str] = field(default_factory=dict)  # workspace item id -> file
+    notes: list[str] = field(default_factory=list)
+    skipped: list[dict[str, str]] = field(default_factory=list)  # unreadable inputs: {path, reason}
+    backbone: dict[str, Any] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    def artifact(self, artifact_id: str) -> Artifact | None:
+        return next((a for a in self.instance.artifacts if a.id == artifact_id), None)
+
+    def template_name(self, template_id: str) -> str | None:
+        return next((t.name for t in self.templates if t.id == template_id), None)
+
+    def summary(self) -> dict[str, Any]:
+        records = [r.record for r in self.rounds]
+        ins = [r.input_tokens for r in records if r.input_tokens is not None]
+        outs = [r.output_tokens for r in records if r.output_tokens is not None]
+        return {
+            "findings": len(self.findings),
+            "patches_apply": sum(1 for c in self.patch_checks if c is not None and c.applies),
+            "patches_checked": sum(1 for c in self.patch_checks if c is not None and c.status != "no patch"),
+            "windows": self.windows,
+            "rounds": len(records),
+            "lm_calls": sum(r.lm_calls for r in records),
+            "input_tokens": sum(ins) if ins else None,
+            "output_tokens": sum(outs) if outs else None,
+            "failed_rounds": sum(1 for r in records if r.failed),
+            "artifacts": len(self.instance.artifacts),
+            "skipped_inputs": len(self.skipped),
+            "seconds": round(self.seconds, 1),
+        }
+
+    def summary_line(self) -> str:
+        s = self.summary()
+        tokens = "n/a" if s["input_tokens"] is None else f"{s['input_tokens']} in / {s['output_tokens'] or 0} out"
+        patches = f", {s['patches_apply']}/{s['patches_checked']} patches apply" if self.setting == "repository" else ""
+        return (f"{s['findings']} finding{'' if s['findings'] == 1 else 's'}{patches} | {s['rounds']} rounds over {s['windows']} window(s) | "
+                f"{s['lm_calls']} LM calls | tokens {tokens} | {s['seconds']} s")

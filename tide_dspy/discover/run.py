@@ -1,0 +1,290 @@
+"""`tide discover`: run TIDE on a user's repository or workspace folder.
+
+The run functions take the LM as an argument (the CLI builds it with `get_lm`; tests pass a DummyLM). Each
+context that exceeds the model's window is split into windows of related artifacts; each window gets its own TIDE
+run and the findings are merged with the same de-duplication TIDE uses between rounds.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import logging
+import time
+from collections.abc import Callable, Iterable
+from datetime import date
+from pathlib import Path, PurePosixPath
+
+import dspy
+
+from tide_dspy.data.candidates import parse_candidates, python_files
+from tide_dspy.discover import library, windows
+from tide_dspy.discover.ingest import ingest_workspace
+from tide_dspy.discover.patches import DOES_NOT_APPLY, PatchChecker, git, git_toplevel
+from tide_dspy.discover.result import DiscoverResult, WindowRound
+from tide_dspy.discovery import DiscoveryProgram, DiscoveryState
+from tide_dspy.schemas import Artifact, Instance, RoundRecord
+from tide_dspy.settings import get_setting
+
+Progress = Callable[[str], None]
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+
+
+# ---- which program ----
+
+def shipped_file(setting: str, backbone: str, name: str) -> Path | None:
+    """programs/<setting>/<backbone>/<name> in the working directory or in the tide-dspy checkout."""
+    for base in dict.fromkeys((Path.cwd(), PROJECT_ROOT)):
+        path = base / "programs" / setting / backbone / name
+        if path.is_file():
+            return path
+    return None
+
+
+def choose_program(setting: str, backbone: str, program: str | Path | None = None,
+                   templates: str | Path | None = None, rounds: int | None = None,
+                   per_round: int | None = None) -> tuple[DiscoveryProgram, str]:
+    """(program, a sentence saying which program was used and why)."""
+    from tide_dspy.programs import build_program, load_program
+    from tide_dspy.templates import TemplateLibrary
+
+    shipped = shipped_file(setting, backbone, "tide.json")
+    if program is not None or shipped is not None:
+        loaded = load_program(program if program is not None else shipped)
+        if loaded.setting_name != setting:
+            raise ValueError(f"{program or shipped}: this program was compiled for the {loaded.setting_name} setting, "
+                             f"not {setting}; pass a {setting} program")
+        source = f"program {program}" if program is not None else f"shipped program {shipped} (compiled for {backbone})"
+        if templates is not None:
+            loaded.templates = list(TemplateLibrary.load(templates).templates)
+            source += f", with templates from {templates}"
+    else:
+        library_path = templates if templates is not None else shipped_file(setting, backbone, "templates.json")
+        if library_path is not None:
+            loaded = build_program("tide", setting, templates=library_path)
+            origin = "" if templates is not None else f"shipped for {backbone}, "
+            source = f"plain TIDE module with {len(loaded.templates)} template(s) ({origin}{library_path})"
+        else:
+            loaded = build_program("iter", setting)
+            source = (f"plain TIDE module without templates: no compiled program or template library is shipped "
+                      f"for backbone {backbone!r} (pass --program or --templates)")
+    for name, value in (("max_rounds", rounds), ("per_round", per_round)):
+        if value is not None:
+            if value < 1:
+                raise ValueError(f"--{'rounds' if name == 'max_rounds' else 'per-round'} must be at least 1, got {value}")
+            setattr(loaded, name, value)
+    return loaded, source
+
+
+# ---- how large a window is ----
+
+def context_window(lm, override: int | None) -> tuple[int, str]:
+    if override is not None:
+        return override, "--max-context-tokens"
+    from tide_dspy.backbones import describe_lm
+
+    n_ctx = describe_lm(lm).get("engine_n_ctx")
+    if n_ctx:
+        return int(n_ctx), "the backbone's n_ctx"
+    return windows.DEFAULT_CONTEXT_WINDOW, "default"
+
+
+def output_budget(lm) -> int:
+    return int((getattr(lm, "kwargs", None) or {}).get("max_tokens") or 2048)
+
+
+def describe(lm) -> dict:
+    from tide_dspy.backbones import describe_lm
+
+    return describe_lm(lm)
+
+
+# ---- the discovery loop over windows ----
+
+def progress_line(window: int, n_windows: int, r: RoundRecord) -> str:
+    where = f"window {window}/{n_windows}, " if n_windows > 1 else ""
+    tokens = "" if r.input_tokens is None else f", {r.input_tokens} prompt + {r.output_tokens or 0} output tokens"
+    failed = f", FAILED ({r.error})" if r.failed else ""
+    return (f"[{where}round {r.round}] {r.new} new, {r.rediscovered} re-found, {r.lm_calls} LM call(s)"
+            f"{tokens}, {r.seconds:.1f} s{failed}")
+
+
+def discover_in_windows(program: DiscoveryProgram, instance: Instance, parts: list[list[Artifact]], lm,
+                        progress: Progress) -> tuple[list, list[WindowRound]]:
+    state, rounds = DiscoveryState(), []
+    for w, artifacts in enumerate(parts, 1):
+        window_instance = instance.model_copy(update={"artifacts": artifacts})
+
+        def on_round(record: RoundRecord, w=w) -> None:
+            rounds.append(WindowRound(w, record))
+            progress(progress_line(w, len(parts), record))
+
+        with dspy.context(lm=lm):
+            prediction = program(instance=window_instance, on_round=on_round)
+        state, _, _ = state.extend(list(prediction.findings), program.dedup_threshold)
+    return list(state.findings), rounds
+
+
+def plan_windows(setting: str, instance: Instance, program: DiscoveryProgram, lm, max_context_tokens: int | None,
+                 unit_of: Callable[[Artifact], tuple[str, str]], progress: Progress) -> list[list[Artifact]]:
+    size, origin = context_window(lm, max_context_tokens)
+    fixed = program.guidance_text()
+    if setting == "workspace":
+        s = get_setting(setting)
+        fixed += s.render_profile(instance) + s.render_actions(instance)
+    budget = windows.window_budget(size, fixed, output_budget(lm))
+    units = windows.make_units(instance.artifacts, get_setting(setting).render_artifact, unit_of)
+    parts = windows.split_windows(instance.artifacts, units, budget)
+    total = sum(u.tokens for u in units)
+    if len(parts) > 1:
+        progress(f"context of about {total} tokens exceeds the {budget} available in a {size}-token window "
+                 f"({origin}): split into {len(parts)} windows of related files")
+    return parts
+
+
+def finish(result: DiscoverResult, started: float, progress: Progress) -> DiscoverResult:
+    result.seconds = time.perf_counter() - started
+    progress(f"done: {result.summary_line()}")
+    return result
+
+
+# ---- repository ----
+
+def _matches(path: str, patterns: Iterable[str]) -> bool:
+    return any(fnmatch.fnmatch(path, p) or path.startswith(p.rstrip("/") + "/") for p in patterns)
+
+
+def changed_since(root: Path, ref: str) -> set[str]:
+    """Paths (relative to root) changed in the working tree since `ref`, plus untracked files."""
+    if git_toplevel(root) is None:
+        raise ValueError(f"--since needs a git repository, and {root} is not inside one; use --include instead")
+    diff = git(["diff", "--name-only", "--relative", ref, "--"], root)
+    if diff.returncode != 0:
+        raise ValueError(f"--since {ref}: git diff failed in {root}: {diff.stderr.strip()}")
+    untracked = git(["ls-files", "--others", "--exclude-standard"], root)
+    return set(diff.stdout.split()) | set(untracked.stdout.split())
+
+
+def select_files(root: Path, include: Iterable[str] = (), exclude: Iterable[str] = (), since: str | None = None) -> list[str]:
+    files = python_files(root)
+    if since:
+        changed = changed_since(root, since)
+        files = [f for f in files if f in changed]
+    include, exclude = list(include), list(exclude)
+    if include:
+        files = [f for f in files if _matches(f, include)]
+    return [f for f in files if not _matches(f, exclude)]
+
+
+class _Collect(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+def parse_reporting_skips(root: Path, files: list[str]) -> tuple[list[Artifact], list[dict[str, str]]]:
+    """Candidates of `files`, plus the files the parser skipped ({path, reason}), from its warnings."""
+    parser_log = logging.getLogger(parse_candidates.__module__)
+    collect = _Collect()
+    parser_log.addHandler(collect)
+    try:
+        artifacts = parse_candidates(root, files)
+    finally:
+        parser_log.removeHandler(collect)
+    skipped = []
+    for message in collect.messages:
+        path = next((f for f in files if message.startswith(f)), None)
+        if path is not None:
+            skipped.append({"path": path, "reason": message[len(path):].lstrip(" :")})
+    return artifacts, skipped
+
+
+def head_commit(root: Path) -> str | None:
+    out = git(["rev-parse", "HEAD"], root)
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def discover_repository(path: str | Path, *, lm, backbone: str = "local", include: Iterable[str] = (),
+                        exclude: Iterable[str] = (), since: str | None = None, program: str | Path | None = None,
+                        templates: str | Path | None = None, rounds: int | None = None, per_round: int | None = None,
+                        max_context_tokens: int | None = None, progress: Progress = print) -> DiscoverResult:
+    started = time.perf_counter()
+    root = Path(path).resolve()
+    if not root.is_dir():
+        raise FileNotFoundError(f"{path}: not a directory; pass the root of a Python source tree")
+    files = select_files(root, include, exclude, since)
+    if not files:
+        raise ValueError(f"{root}: no Python files left after --include/--exclude/--since")
+    artifacts, skipped = parse_reporting_skips(root, files)
+    for s in skipped:
+        progress(f"skipped {s['path']}: {s['reason']}")
+    if not artifacts:
+        raise ValueError(f"{root}: no functions found in the {len(files)} selected Python file(s)")
+    instance = Instance(instance_id=f"discover-{root.name}", setting="repository", repo=root.name,
+                        anchor_commit=head_commit(root) if git_toplevel(root) else None,
+                        artifacts=artifacts, meta={"root": str(root), "files": len(files)})
+    tide, source = choose_program("repository", backbone, program, templates, rounds, per_round)
+    progress(f"{root}: {len(artifacts)} candidate functions in {len(files)} files; using {source}")
+    parts = plan_windows("repository", instance, tide, lm, max_context_tokens,
+                         lambda a: (a.payload["path"], str(PurePosixPath(a.payload["path"]).parent)), progress)
+    findings, records = discover_in_windows(tide, instance, parts, lm, progress)
+    checker = PatchChecker(root)
+    checks = [checker.check(f.patch) for f in findings]
+    for f, check in zip(findings, checks):
+        if check.status == DOES_NOT_APPLY:
+            f.flags.append("patch_does_not_apply")
+    result = DiscoverResult(setting="repository", target=str(root), instance=instance, findings=findings,
+                            program_source=source, templates=list(tide.templates), patch_checks=checks,
+                            rounds=records, windows=len(parts), skipped=skipped, backbone=describe(lm))
+    return finish(result, started, progress)
+
+
+# ---- workspace ----
+
+def discover_workspace(folder: str | Path, *, lm, backbone: str = "local", profile: str | Path | None = None,
+                       actions: str | Path | None = None, program: str | Path | None = None,
+                       templates: str | Path | None = None, rounds: int | None = None, per_round: int | None = None,
+                       max_context_tokens: int | None = None, progress: Progress = print) -> DiscoverResult:
+    started = time.perf_counter()
+    root = Path(folder).resolve()
+    ingested = ingest_workspace(root)
+    counts = ingested.counts()
+    progress(f"{root}: read {len(ingested.artifacts)} items ({counts.get('email', 0)} emails, "
+             f"{counts.get('calendar', 0)} calendar entries, {counts.get('document', 0)} documents); "
+             f"{len(ingested.skipped)} file(s) skipped, {len(ingested.ignored)} of other types ignored")
+    for s in ingested.skipped:
+        progress(f"skipped {s.path}: {s.reason}")
+    if not ingested.artifacts:
+        raise ValueError(f"{root}: no readable .eml, .mbox, .ics, .md, .txt or .csv file "
+                         f"({len(ingested.skipped)} skipped as unreadable)")
+    notes = []
+    if actions is None:
+        action_list = library.default_actions()
+        notes.append(f"No --actions given: offered the default action library ({len(action_list)} generic actions, "
+                     "one per PROBE action type). Pass --actions actions.yaml for your own.")
+    else:
+        action_list = library.load_actions(actions)
+    if profile is None:
+        person = library.default_profile(date.today().isoformat())
+        notes.append("No --profile given: the model infers the person from the workspace; today is the run date.")
+    else:
+        person = library.load_profile(profile)
+        person.setdefault("today", date.today().isoformat())
+    for note in notes:
+        progress(note)
+    instance = Instance(instance_id=f"discover-{root.name}", setting="workspace", profile=person,
+                        actions=action_list, artifacts=ingested.artifacts, meta={"root": str(root)})
+    tide, source = choose_program("workspace", backbone, program, templates, rounds, per_round)
+    progress(f"using {source}")
+    parts = plan_windows("workspace", instance, tide, lm, max_context_tokens,
+                         lambda a: (f"{a.id} ({ingested.sources[a.id]})",
+                                            str(PurePosixPath(ingested.sources[a.id]).parent)), progress)
+    findings, records = discover_in_windows(tide, instance, parts, lm, progress)
+    result = DiscoverResult(setting="workspace", target=str(root), instance=instance, findings=findings,
+                            program_source=source, templates=list(tide.templates), rounds=records,
+                            windows=len(parts), sources=ingested.sources, notes=notes,
+                            skipped=[{"path": s.path, "reason": s.reason} for s in ingested.skipped],
+                            backbone=describe(lm))
+    return finish(result, started, progress)
