@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from tide_dspy.data.candidates import file_candidates, read_source
-from tide_dspy.data.git_tools import GitClone, Snapshot, changed_old_lines, touched_paths
+from tide_dspy.data.git_tools import GitClone, changed_old_lines, touched_paths
 from tide_dspy.data.loaders import jsonl_lines, load_instances
 from tide_dspy.schemas import Artifact
 
