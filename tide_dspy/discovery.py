@@ -106,6 +106,10 @@ class DiscoveryProgram(dspy.Module):
         # dspy.Evaluate and the optimizers call program(**example.inputs()), i.e. program(instance=...), but
         # dspy's callback wrapper of Module.__call__ names its own first parameter `instance`.
         if not args and "instance" in kwargs:
+            if "forward" in self.__dict__:
+                # An optimizer replaced forward with a keyword-only wrapper (GEPA's bootstrap_trace_data):
+                # call it as given, past the callback wrapper that would clash on `instance`.
+                return dspy.Module.__call__.__wrapped__(self, **kwargs)
             args = (kwargs.pop("instance"),)
         return super().__call__(*args, **kwargs)
 

@@ -1,0 +1,126 @@
+"""evaluate(): incremental JSONL rows, resume after a crash, failures recorded, config and usage beside results."""
+
+from __future__ import annotations
+
+import json
+
+import dspy
+import pytest
+from routed_lm import RoutedLM, shared_instances
+
+from tide_dspy import metrics
+from tide_dspy.evaluation import data_path, evaluate, format_table, read_rows, select_instances
+from tide_dspy.programs import build_program
+
+
+class Crash(BaseException):
+    """Stands for a kill: not an Exception, so nothing inside evaluate() may swallow it."""
+
+
+class Flaky(dspy.Module):
+    """Runs the wrapped program, except on the instances named in `fail` (raises `error` there)."""
+
+    def __init__(self, inner, fail: set[str], error: BaseException):
+        super().__init__()
+        self.inner, self.fail, self.error = inner, fail, error
+
+    def forward(self, instance, on_round=None):
+        if instance.instance_id in self.fail:
+            raise self.error
+        return self.inner(instance, on_round=on_round)
+
+    def config(self):
+        return self.inner.config()
+
+
+@pytest.fixture(scope="module")
+def train():
+    return shared_instances("workspace", "train")
+
+
+def test_rows_scores_and_run_files(tmp_path, train):
+    program = build_program("iter", "workspace", max_rounds=2, per_round=2)
+    lm = RoutedLM(train)
+    out = tmp_path / "run" / "results.jsonl"
+    result = evaluate(program, train, judge="proxy", out_path=out, lm=lm, progress=False)
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["instance_id"] for r in rows] == [i.instance_id for i in train]
+    assert set(rows[0]) >= {"instance_id", "method", "findings", "rounds", "score", "seconds", "error"}
+    assert rows[0]["method"] == "iter" and rows[0]["error"] is None
+    assert len(rows[0]["findings"]) == 4 and len(rows[0]["rounds"]) == 2
+    expected = metrics.aggregate([metrics.score_instance(i.problems, [], judge=metrics.ProxyJudge()) for i in train])
+    assert expected["f1"]["retrieval"] == 0
+    # The routed LM answers with gold problems: 4 of 5 found per instance, all precise.
+    assert result["coverage"]["retrieval"] == pytest.approx(0.8)
+    assert result["precision"]["retrieval"] == pytest.approx(1.0)
+    assert result["n_instances"] == 2 and result["n_run"] == 2 and result["n_failed"] == 0
+    config = json.loads((out.parent / "config.json").read_text())
+    assert config["method"] == "iter" and config["judge"] == "proxy-lexical"
+    assert config["instances"] == [i.instance_id for i in train]
+    usage = json.loads((out.parent / "lm_usage.json").read_text())
+    assert usage["backbone"]["calls"] == 4 and usage["backbone"]["prompt_tokens"] == 40
+    assert "| retrieval | 80.00 | 100.00 |" in format_table(result)
+
+
+def test_resume_after_a_crash_reruns_only_unfinished_instances(tmp_path, train):
+    program = build_program("iter", "workspace", max_rounds=2, per_round=2)
+    out = tmp_path / "results.jsonl"
+    first, second = train
+    with pytest.raises(Crash):
+        evaluate(Flaky(program, {second.instance_id}, Crash()), train, out_path=out, lm=RoutedLM(train),
+                 progress=False, method="iter")
+    assert list(read_rows(out)) == [first.instance_id]  # the finished instance survived the crash
+    lm = RoutedLM(train)
+    result = evaluate(program, train, out_path=out, lm=lm, progress=False, resume=True)
+    assert lm.calls == 2  # only the second instance ran (two rounds)
+    assert result["n_resumed"] == 1 and result["n_run"] == 1 and result["n_instances"] == 2
+    assert list(read_rows(out)) == [first.instance_id, second.instance_id]
+    # resume=False starts over.
+    evaluate(program, train[:1], out_path=out, lm=RoutedLM(train), progress=False, resume=False)
+    assert list(read_rows(out)) == [first.instance_id]
+
+
+def test_a_failing_instance_is_recorded_scored_zero_and_rerun_on_resume(tmp_path, train):
+    program = build_program("iter", "workspace", max_rounds=1, per_round=5)
+    out = tmp_path / "results.jsonl"
+    first, second = train
+    result = evaluate(Flaky(program, {first.instance_id}, RuntimeError("boom")), train, out_path=out,
+                      lm=RoutedLM(train), progress=False, method="iter")
+    rows = read_rows(out)
+    assert rows[first.instance_id]["error"] == "RuntimeError: boom"
+    assert rows[first.instance_id]["score"]["f1"]["retrieval"] == 0
+    assert rows[second.instance_id]["error"] is None
+    assert result["n_failed"] == 1 and result["f1"]["retrieval"] == pytest.approx(0.5)
+    result = evaluate(program, train, out_path=out, lm=RoutedLM(train), progress=False, resume=True)
+    assert result["n_run"] == 1 and result["n_failed"] == 0 and result["f1"]["retrieval"] == pytest.approx(1.0)
+
+
+def test_a_cut_last_line_is_ignored(tmp_path):
+    out = tmp_path / "results.jsonl"
+    out.write_text(json.dumps({"instance_id": "a", "score": {}}) + "\n" + '{"instance_id": "b", "sco')
+    assert list(read_rows(out)) == ["a"]
+
+
+def test_judge_none_leaves_judged_components_unscored(train, tmp_path):
+    program = build_program("iter", "workspace", max_rounds=1, per_round=1)
+    result = evaluate(program, train[:1], judge=None, lm=RoutedLM(train), progress=False)
+    assert result["f1"]["identification"] is None and result["f1"]["retrieval"] > 0
+    assert "| identification | - | - | - |" in format_table(result)
+
+
+def test_select_instances_by_context_size(repository_instance, workspace_instance):
+    from tide_dspy.evaluation import context_tokens
+
+    small, large = sorted([repository_instance, workspace_instance], key=context_tokens)
+    assert select_instances([large, small], max_context_tokens=context_tokens(small)) == [small]
+    assert select_instances([large, small], max_context_tokens=10**9) == [small, large]
+    assert select_instances([large, small], limit=1) == [large]
+
+
+def test_data_path_resolution(tmp_path, monkeypatch):
+    (tmp_path / "workspace").mkdir()
+    monkeypatch.setenv("TIDE_DATA", str(tmp_path))
+    assert data_path("workspace") == tmp_path / "workspace"
+    assert data_path("workspace", tmp_path) == tmp_path
+    with pytest.raises(FileNotFoundError, match="TIDE_DATA"):
+        data_path("repository")

@@ -1,0 +1,212 @@
+"""Compile and tune with DummyLM, optimizer configs, and the distill -> compile -> tune -> evaluate CLI path with
+MLflow (a temporary sqlite store) and a registered program loaded back in a fresh process."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from routed_lm import RoutedLM, shared_instances
+
+from tide_dspy.optimize import (
+    available_optimizers,
+    compile_program,
+    load_optimizer_config,
+    optimizer_arguments,
+    parse_options,
+    split_train,
+    tune,
+)
+from tide_dspy.programs import build_program
+from tide_dspy.schemas import Template
+from tide_dspy.templates import TemplateLibrary
+
+TEMPLATES = [Template(id=f"ws-t0{i}", name=f"pattern {i}", pattern=f"shape {i}", evidence_flow=["x"]) for i in range(1, 5)]
+
+
+@pytest.fixture(scope="module")
+def train():
+    return shared_instances("workspace", "train")
+
+
+def test_split_train_is_seeded_disjoint_and_refuses_test(train, workspace_instance):
+    many = [train[0].model_copy(update={"instance_id": f"i{n}"}) for n in range(8)]
+    a_train, a_val = split_train(many, 0.25, seed=0)
+    b_train, b_val = split_train(many, 0.25, seed=0)
+    assert [i.instance_id for i in a_val] == [i.instance_id for i in b_val] and len(a_val) == 2
+    assert not {i.instance_id for i in a_train} & {i.instance_id for i in a_val}
+    assert len(a_train) + len(a_val) == 8
+    assert [len(p) for p in split_train(train)] == [1, 1]
+    test = workspace_instance.model_copy(update={"split": "test"})
+    with pytest.raises(ValueError, match="test split"):
+        split_train([train[0], test])
+    with pytest.raises(ValueError, match="at least 2"):
+        split_train(train[:1])
+
+
+def test_every_optimizer_config_loads_and_names_a_real_class():
+    from tide_dspy.optimize import _class
+
+    assert set(available_optimizers()) >= {"miprov2", "copro", "gepa", "simba", "bootstrap"}
+    for name in available_optimizers():
+        config = load_optimizer_config(name)
+        assert callable(_class(config["optimizer"], config["path"]))
+        init, _ = optimizer_arguments(config, demos=None, options=None, n_train=10)
+        if name != "bootstrap":  # instruction-only by default; bootstrap is the demo optimizer
+            assert all(v == 0 for k, v in init.items() if "demos" in k), name
+    with pytest.raises(ValueError, match="available"):
+        load_optimizer_config("nonesuch")
+
+
+def test_demos_overrides_and_fit_to_trainset():
+    assert parse_options(["init.breadth=2", "compile.num_trials=3", "auto=null"]) == {
+        "init": {"breadth": 2, "auto": None}, "compile": {"num_trials": 3}}
+    with pytest.raises(ValueError, match="KEY=VALUE"):
+        parse_options(["breadth"])
+    mipro = load_optimizer_config("miprov2")
+    init, comp = optimizer_arguments(mipro, demos=2, options=parse_options(["compile.num_trials=3"]), n_train=5)
+    assert init["max_bootstrapped_demos"] == 2 and comp["num_trials"] == 3
+    init, _ = optimizer_arguments(load_optimizer_config("simba"), demos=None, options=None, n_train=2)
+    assert init["bsize"] == 2
+    with pytest.raises(ValueError, match="instructions only"):
+        optimizer_arguments(load_optimizer_config("copro"), demos=1, options=None, n_train=5)
+
+
+TINY_BUDGETS = {
+    "copro": ["init.breadth=2", "init.depth=1"],
+    "gepa": ["init.max_metric_calls=6"],
+    "miprov2": ["init.auto=null", "init.num_candidates=2", "compile.num_trials=2"],
+    "simba": ["init.max_steps=1", "init.num_candidates=2"],
+}
+
+
+@pytest.mark.parametrize("optimizer", sorted(TINY_BUDGETS))
+def test_instruction_optimizers_compile_without_demos(optimizer, train):
+    """The gated LM answers well only under the instruction it proposes, so installing it raises the metric."""
+    from tide_dspy.evaluation import evaluate
+
+    program = build_program("tide", "workspace", templates=TEMPLATES, max_rounds=1, per_round=3)
+    lm = RoutedLM(train, instruction="Read every artifact twice.", gated=True)
+    part_train, part_val = split_train(train)
+    compiled = compile_program(program, part_train, part_val, optimizer, "retrieval-f1", judge="proxy", lm=lm,
+                               options=parse_options(TINY_BUDGETS[optimizer]))
+    assert compiled is not program and compiled.config() == program.config()
+    assert compiled.discover.demos == []
+    before = evaluate(program, part_val, lm=lm, progress=False)["f1"]["retrieval"]
+    after = evaluate(compiled, part_val, lm=lm, progress=False)["f1"]["retrieval"]
+    assert before == 0
+    if optimizer == "simba":  # it proposes rules only from varied trajectories; a deterministic LM gives none
+        assert after == 0
+    else:
+        assert compiled.discover.signature.instructions == "Read every artifact twice."
+        assert after > 0
+
+
+def test_bootstrap_adds_demos_when_asked(train):
+    program = build_program("iter", "workspace", max_rounds=1, per_round=2)
+    compiled = compile_program(program, *split_train(train), "bootstrap", "retrieval-f1", lm=RoutedLM(train), demos=1)
+    assert len(compiled.discover.demos) == 1
+
+
+def test_tune_is_a_resumable_sqlite_study(tmp_path, train):
+    library = TemplateLibrary(TEMPLATES, "workspace")
+    storage = f"sqlite:///{tmp_path / 'optuna.db'}"
+    seen = []
+    study = tune("workspace", library, train[:1], lm=RoutedLM(train), n_trials=2, storage=storage,
+                 study_name="t", on_trial=lambda trial, value, result: seen.append((trial.params, value)))
+    assert len(study.trials) == 2 and len(seen) == 2
+    assert set(study.best_params) == {"max_rounds", "per_round", "pool_size", "temperature"}
+    assert 1 <= study.best_params["pool_size"] <= 4
+    assert study.best_value == max(v for _, v in seen)
+    again = tune("workspace", library, train[:1], lm=RoutedLM(train), n_trials=1, storage=storage, study_name="t")
+    assert len(again.trials) == 3
+    with pytest.raises(ValueError, match="test split"):
+        tune("workspace", library, [train[0].model_copy(update={"split": "test"})], lm=RoutedLM(train),
+             n_trials=1, storage=storage)
+
+
+LOAD_REGISTERED = textwrap.dedent("""
+    import json, sys
+    import dspy
+    import tide_dspy
+    sys.path.insert(0, sys.argv[2])
+    from routed_lm import RoutedLM, shared_instances
+    program = tide_dspy.load_program(sys.argv[1])
+    instances = shared_instances("workspace", "train")
+    with dspy.context(lm=RoutedLM(instances)):
+        out = program(instances[0])
+    print(json.dumps({"kind": type(program).__name__, "findings": len(out.findings),
+                      "instruction": program.discover.signature.instructions,
+                      "backbone": program.tide_extra["backbone"]}))
+""")
+
+
+def test_cli_distill_compile_tune_evaluate_with_mlflow(tmp_path, monkeypatch, train):
+    import mlflow
+    from mlflow import MlflowClient
+
+    from tide_dspy.cli import optimize_cmd
+    from tide_dspy.cli.main import main
+
+    data_root = Path(os.environ.get("TIDE_SHARED_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
+    workspace = shared_instances("workspace")
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    monkeypatch.setenv("TIDE_DATA", str(data_root))
+    monkeypatch.setattr(optimize_cmd, "make_lm", lambda args: RoutedLM(workspace, instruction="Compiled instruction."))
+    common = ["--setting", "workspace", "--backbone", "dummy"]
+
+    assert main(["distill", *common]) == 0
+    library = TemplateLibrary.load("programs/workspace/dummy/templates.json")
+    assert len(library) == library.meta["cases"] - library.meta["merges"] == 10
+
+    assert main(["compile", *common, "--optimizer", "copro", "--metric", "retrieval-f1",
+                 "--opt", "init.breadth=2", "--opt", "init.depth=1", "--rounds", "2", "--per-round", "2"]) == 0
+    saved = json.loads(Path("programs/workspace/dummy/tide.json").read_text())
+    assert saved["tide_extra"]["backbone"] == "dummy" and saved["tide_extra"]["dspy_version"]
+    assert saved["tide_extra"]["validation"]["ids"] and saved["tide_config"]["max_rounds"] == 2
+    provenance = json.loads(Path("programs/workspace/dummy/provenance.json").read_text())
+    assert provenance["tide.json"]["command"].startswith("tide compile") and "templates.json" in provenance
+
+    assert main(["tune", *common, "--trials", "2", "--storage", f"sqlite:///{tmp_path / 'optuna.db'}"]) == 0
+    assert json.loads(Path("programs/workspace/dummy/tune.json").read_text())["trials"] == 2
+
+    evaluate = ["evaluate", "--program", "models:/tide-workspace-dummy/1", "--backbone", "dummy", "--limit", "2",
+                "--out", "eval"]
+    assert main(evaluate) == 0
+    rows = Path("eval/results.jsonl").read_text().splitlines()
+    assert len(rows) == 2 and all(json.loads(r)["instance_id"].startswith("ws-") for r in rows)
+    assert main(evaluate) == 2  # results exist: --resume or --fresh is required
+    assert main([*evaluate, "--resume"]) == 0
+    assert len(Path("eval/results.jsonl").read_text().splitlines()) == 2  # nothing rerun
+    assert main(["evaluate", "--method", "iter-demos", *common, "--limit", "1", "--out", "demos"]) == 0
+
+    mlflow.set_tracking_uri(uri)
+    client = MlflowClient()
+    runs = client.search_runs([client.get_experiment_by_name("tide-dspy").experiment_id])
+    by_command = {r.data.tags["tide.command"]: r for r in runs}
+    assert set(by_command) == {"distill", "compile", "tune", "evaluate"}
+    compile_run = by_command["compile"]
+    assert {"backbone", "setting", "optimizer", "T", "k", "pool_size", "dataset_hash", "git_sha"} <= set(
+        compile_run.data.params)
+    assert {"before_f1_retrieval", "after_f1_retrieval", "backbone_calls"} <= set(compile_run.data.metrics)
+    artifacts = {a.path for a in client.list_artifacts(compile_run.info.run_id)}
+    assert {"program", "templates.json", "val_before.jsonl", "val_after.jsonl", "lm_usage.json"} <= artifacts
+    version = client.get_model_version("tide-workspace-dummy", "1")
+    assert version.run_id == compile_run.info.run_id or version.source.startswith("models:/")
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "load.py").write_text(LOAD_REGISTERED)
+    env = {**os.environ, "MLFLOW_TRACKING_URI": uri, "TIDE_SHARED_DATA": str(data_root)}
+    done = subprocess.run([sys.executable, "load.py", "models:/tide-workspace-dummy/1", str(Path(__file__).parent)],
+                          cwd=elsewhere, capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report == {"kind": "TIDE", "findings": 4, "instruction": "Compiled instruction.", "backbone": "dummy"}

@@ -1,0 +1,140 @@
+"""Template distillation and the template library, driven by DummyLM."""
+
+from __future__ import annotations
+
+import json
+
+import dspy
+import pytest
+from dspy.utils.dummies import DummyLM
+from routed_lm import RoutedLM, shared_instances
+
+from tide_dspy.schemas import Template
+from tide_dspy.settings import get_setting
+from tide_dspy.templates import Distiller, TemplateLibrary, distill_library, solved_demos, template_id
+
+
+def tpl(i: int, name: str, pattern: str, source: str | None = None) -> Template:
+    return Template(id=template_id("workspace", i), name=name, pattern=pattern, evidence_flow=["a", "b"],
+                    setting="workspace", source_case=source or f"case-{i}")
+
+
+def test_template_ids_follow_the_setting_prefix_and_widen_when_needed():
+    assert template_id("workspace", 1) == "ws-t01"
+    assert template_id("repository", 7) == "repo-t007"
+    assert template_id("workspace", 7, total=120) == "ws-t007"
+
+
+def test_distiller_is_one_predictor_on_the_settings_distill_signature(workspace_instance):
+    distiller = Distiller("workspace")
+    assert [type(p).__name__ for p in distiller.predictors()] == ["Predict"]
+    assert distiller.distill.signature.instructions == get_setting("workspace").distill_signature.instructions
+    lm = DummyLM([{"template": {"name": "n", "pattern": "p", "evidence_flow": ["x"]}}])
+    problem = workspace_instance.problems[0]
+    with dspy.context(lm=lm):
+        out = distiller(workspace_instance, problem)
+    assert out.template.name == "n"
+    sent = lm.history[0]["messages"][-1]["content"]
+    assert problem.description in sent
+    assert all(e in sent for e in problem.evidence)  # the case context is the evidence artifacts
+
+
+def test_distill_library_makes_one_template_per_solved_problem():
+    instances = shared_instances("workspace", "train")
+    lm = RoutedLM(instances)
+    library = distill_library(instances, "workspace", lm=lm, progress=False)
+    n_problems = sum(len(i.problems) for i in instances)
+    assert lm.calls == n_problems
+    assert library.meta["cases"] == n_problems and library.meta["failures"] == []
+    assert len(library) == n_problems - library.meta["merges"]
+    assert library.ids[0] == "ws-t01"
+    assert {t.source_case for t in library} <= {p.problem_id for i in instances for p in i.problems}
+    assert all(t.setting == "workspace" and t.evidence_flow for t in library)
+
+
+def test_failed_distillations_are_retried_a_bounded_number_of_times_then_recorded(workspace_instance):
+    instance = workspace_instance.model_copy(update={"problems": workspace_instance.problems[:2]})
+    good = {"template": {"name": "Approval never recorded", "pattern": "said yes, system says pending",
+                         "evidence_flow": ["claim", "record"]}}
+    empty = {"template": {"name": "", "pattern": "", "evidence_flow": []}}
+    # case 1: unusable, unusable, good; case 2: unusable three times (max_retries=2 -> 3 attempts).
+    lm = DummyLM([empty, empty, good, empty, empty, empty, good])
+    library = distill_library([instance], "workspace", lm=lm, max_retries=2, progress=False)
+    assert len(lm.history) == 6
+    assert [t.source_case for t in library] == [instance.problems[0].problem_id]
+    assert library.meta["failures"] == [{"source_case": instance.problems[1].problem_id,
+                                         "error": "empty name or pattern"}]
+    # Retries change the request (rollout id, temperature) so they cannot be served from the cache.
+    assert lm.history[1]["kwargs"].get("rollout_id") == 1
+
+
+def test_distill_library_refuses_a_split_without_solved_problems(workspace_instance):
+    unsolved = workspace_instance.model_copy(update={"problems": []})
+    with pytest.raises(ValueError, match="no solved workspace problems"):
+        distill_library([unsolved], "workspace", lm=DummyLM([]), progress=False)
+
+
+def test_merge_near_duplicates_on_name_and_pattern():
+    library = TemplateLibrary([
+        tpl(1, "Verbal approval not recorded", "an approval given aloud never reached the system of record"),
+        tpl(2, "Verbal approval not recorded", "an approval given aloud never reached the system of record."),
+        tpl(3, "Approval not recorded verbal", "an approval given aloud never reached the record system of"),
+        tpl(4, "Verbal approval not recorded", "a contract expires before the event that depends on it"),
+        tpl(5, "Stale metrics in briefing", "a leadership briefing double counts a metric"),
+    ], "workspace")
+    assert library.merge_near_duplicates() == 2
+    assert library.ids == ["ws-t01", "ws-t04", "ws-t05"]
+    assert [m["id"] for m in library.meta["merged"]["ws-t01"]] == ["ws-t02", "ws-t03"]
+    assert library.merge_near_duplicates() == 0
+
+
+def test_library_round_trips_through_json(tmp_path):
+    library = TemplateLibrary([tpl(1, "A", "pattern a"), tpl(2, "B", "pattern b")], "workspace", {"backbone": "x"})
+    path = library.save(tmp_path / "sub" / "templates.json")
+    loaded = TemplateLibrary.load(path)
+    assert loaded.templates == library.templates
+    assert loaded.setting == "workspace" and loaded.meta == {"backbone": "x"}
+    saved = json.loads(path.read_text())["templates"][0]
+    assert set(saved) >= {"id", "name", "pattern", "evidence_flow", "source_case"}
+    # A bare list of templates is accepted too.
+    (tmp_path / "bare.json").write_text(json.dumps([t.model_dump() for t in library.templates]))
+    assert TemplateLibrary.load(tmp_path / "bare.json").ids == ["ws-t01", "ws-t02"]
+
+
+def test_bad_library_files_get_errors_naming_file_and_field(tmp_path):
+    missing = tmp_path / "nope.json"
+    with pytest.raises(FileNotFoundError, match="tide distill"):
+        TemplateLibrary.load(missing)
+    broken = tmp_path / "broken.json"
+    broken.write_text('{"templates": [\n{"id": 1,,}]}')
+    with pytest.raises(ValueError, match=r"broken.json: line 2"):
+        TemplateLibrary.load(broken)
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"templates": [tpl(1, "A", "p").model_dump(), {"id": "x", "name": "n", "pattern": "p"}]}))
+    with pytest.raises(ValueError, match=r"bad.json: templates\[1\]\.evidence_flow"):
+        TemplateLibrary.load(bad)
+    dup = tmp_path / "dup.json"
+    dup.write_text(json.dumps({"templates": [tpl(1, "A", "p").model_dump(), tpl(1, "B", "q").model_dump()]}))
+    with pytest.raises(ValueError, match="duplicate template ids"):
+        TemplateLibrary.load(dup)
+
+
+def test_subset_is_seeded_ordered_and_bounded():
+    library = TemplateLibrary([tpl(i, f"name {i}", f"pattern {i}") for i in range(1, 11)], "workspace")
+    a, b = library.subset(4, seed=3), library.subset(4, seed=3)
+    assert a.ids == b.ids and len(a) == 4
+    assert a.ids == sorted(a.ids)  # library order is kept
+    assert library.subset(4, seed=4).ids != a.ids or library.subset(4, seed=5).ids != a.ids
+    assert library.subset(50).ids == library.ids
+    assert len(library.subset(0)) == 0
+    with pytest.raises(ValueError):
+        library.subset(-1)
+
+
+def test_solved_demos_are_rendered_round_robin_over_instances():
+    instances = shared_instances("workspace", "train")
+    demos = solved_demos(instances, "workspace", 3)
+    s = get_setting("workspace")
+    a, b = instances
+    assert demos == [s.render_demo(a, a.problems[0]), s.render_demo(b, b.problems[0]), s.render_demo(a, a.problems[1])]
+    assert solved_demos(instances, "workspace", 0) == []

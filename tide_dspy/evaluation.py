@@ -1,0 +1,199 @@
+"""Run a program over instances, score each one, and write one JSONL row per instance as soon as it is done.
+
+Resumable: with resume=True, instance ids already scored in out_path are skipped (rows that ended in an error are
+rerun), so a crash loses no finished instance. Beside the results go config.json and lm_usage.json, so a run can
+be read without rerunning it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+import traceback
+from pathlib import Path
+
+import dspy
+from tqdm.auto import tqdm
+
+from tide_dspy import metrics
+from tide_dspy.schemas import Finding, Instance
+
+log = logging.getLogger(__name__)
+
+DATA_ENV = "TIDE_DATA"
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def data_path(setting: str, data: str | Path | None = None) -> Path:
+    """Where a setting's instances live: --data, else $TIDE_DATA/<setting>, else ../shared/data/<setting> of the repo."""
+    if data is not None:
+        path = Path(data)
+    elif os.environ.get(DATA_ENV):
+        path = Path(os.environ[DATA_ENV]) / setting
+    else:
+        path = REPO_ROOT.parent / "shared" / "data" / setting
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no {setting} data here; pass --data PATH or set {DATA_ENV}=<folder with "
+                                f"workspace/ and repository/>")
+    return path
+
+
+def context_tokens(instance: Instance) -> int:
+    from tide_dspy.data import estimate_tokens
+    from tide_dspy.settings import get_setting
+
+    return estimate_tokens(get_setting(instance.setting).render_context(instance))
+
+
+def select_instances(instances: list[Instance], *, max_context_tokens: int | None = None,
+                     limit: int | None = None) -> list[Instance]:
+    """Instances whose rendered context fits `max_context_tokens` (estimated), smallest first, then the first `limit`."""
+    if max_context_tokens is not None:
+        sized = sorted(((context_tokens(i), n, i) for n, i in enumerate(instances)), key=lambda x: (x[0], x[1]))
+        instances = [i for tokens, _, i in sized if tokens <= max_context_tokens]
+    return instances[:limit] if limit is not None else instances
+
+
+def read_rows(path: str | Path) -> dict[str, dict]:
+    """The last row per instance id of a results JSONL (later rows of an id supersede earlier ones)."""
+    path = Path(path)
+    rows: dict[str, dict] = {}
+    if not path.exists():
+        return rows
+    with path.open() as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                # A crash can cut the last line short; everything before it is intact.
+                log.warning("%s: line %d is not valid JSON (an interrupted write?); ignoring it", path, n)
+                continue
+            rows[row["instance_id"]] = row
+    return rows
+
+
+def _run_one(program, instance: Instance, judge, on_round) -> dict:
+    t0 = time.perf_counter()
+    findings, rounds, error = [], [], None
+    try:
+        pred = program(instance, on_round=on_round)
+        findings, rounds = list(pred.findings), list(pred.rounds)
+    except Exception as exc:  # noqa: BLE001 - one failing instance must not end the run
+        error = f"{type(exc).__name__}: {exc}"
+        log.warning("instance %s failed: %s\n%s", instance.instance_id, error, traceback.format_exc())
+    # A failed instance scores as finding nothing: an error never raises a score.
+    score = metrics.score_instance(instance.problems, findings, judge=judge, setting=instance.setting)
+    return dict(
+        findings=[f.model_dump() for f in findings],
+        rounds=[r.model_dump() for r in rounds],
+        score=score.model_dump(),
+        seconds=round(time.perf_counter() - t0, 3),
+        error=error,
+    )
+
+
+def evaluate(
+    program,
+    instances: list[Instance],
+    *,
+    judge=None,
+    out_path: str | Path | None = None,
+    resume: bool = True,
+    progress: bool = True,
+    lm: dspy.BaseLM | None = None,
+    method: str | None = None,
+    config: dict | None = None,
+) -> dict:
+    """Score `program` on `instances`; returns metrics.aggregate(...) plus counts (n_run, n_resumed, n_failed)."""
+    from tide_dspy.programs import method_of
+    from tide_dspy.tracking import lm_usage, usage_mark
+
+    judge = metrics.make_judge(judge) if isinstance(judge, str) or judge is None else judge
+    method = method or method_of(program)
+    out_path = Path(out_path) if out_path else None
+    done = {}
+    if out_path is not None:
+        out_path.parent.mkdir(parents=True, exist_ok=True)
+        if resume:
+            done = {k: r for k, r in read_rows(out_path).items() if not r.get("error")}
+        elif out_path.exists():
+            out_path.unlink()
+    todo = [i for i in instances if i.instance_id not in done]
+    wanted = {i.instance_id for i in instances}
+    rows = {k: r for k, r in done.items() if k in wanted}
+
+    run_lm = lm or dspy.settings.lm
+    judge_lm = getattr(judge, "lm", None)
+    marks = {"backbone": usage_mark(run_lm), "judge": usage_mark(judge_lm)}
+    if out_path is not None:
+        _write_json(out_path.parent / "config.json", run_config(program, method, judge, run_lm, instances, config))
+
+    bar = tqdm(todo, desc=f"evaluate {method}", unit="inst", disable=not progress)
+    with dspy.context(**({"lm": lm} if lm is not None else {})):
+        for instance in bar:
+            def on_round(record, _id=instance.instance_id):
+                bar.set_postfix_str(f"{_id} round {record.round}: +{record.new} new")
+
+            row = {"instance_id": instance.instance_id, "method": method,
+                   **_run_one(program, instance, judge, on_round)}
+            rows[instance.instance_id] = row
+            if out_path is not None:
+                with out_path.open("a") as f:
+                    f.write(json.dumps(row, ensure_ascii=False) + "\n")
+                    f.flush()
+
+    scores = [rows[i.instance_id]["score"] for i in instances if i.instance_id in rows]
+    result = metrics.aggregate(scores)
+    result.update(
+        method=method,
+        n_run=len(todo),
+        n_resumed=len(instances) - len(todo),
+        n_failed=sum(1 for r in rows.values() if r.get("error")),
+        findings=sum(len(r["findings"]) for r in rows.values()),
+    )
+    usage = {"backbone": lm_usage(run_lm, marks["backbone"]), "judge": lm_usage(judge_lm, marks["judge"])}
+    result["lm_usage"] = usage
+    if out_path is not None:
+        _write_json(out_path.parent / "lm_usage.json", usage)
+        _write_json(out_path.parent / "summary.json", result)
+        result["out_path"] = str(out_path)
+    return result
+
+
+def run_config(program, method: str, judge, lm, instances: list[Instance], extra: dict | None = None) -> dict:
+    from tide_dspy.backbones import describe_lm
+
+    config = program.config() if hasattr(program, "config") else {}
+    templates = config.pop("templates", [])
+    config.pop("demos", None)
+    return {
+        "method": method,
+        "program": {**config, "template_ids": [t["id"] for t in templates], "n_demos": len(getattr(program, "demos", []))},
+        "judge": getattr(judge, "label", "none") if judge is not None else "none",
+        "lm": describe_lm(lm) if lm is not None else None,
+        "instances": [i.instance_id for i in instances],
+        **(extra or {}),
+    }
+
+
+def findings_of(row: dict) -> list[Finding]:
+    return [Finding.model_validate(f) for f in row.get("findings", [])]
+
+
+def _write_json(path: Path, data) -> None:
+    path.write_text(json.dumps(data, indent=1, ensure_ascii=False, default=str) + "\n")
+
+
+def format_table(result: dict) -> str:
+    """The coverage / F1 table of one aggregate, in percent (Markdown)."""
+    lines = ["| component | coverage | precision | F1 |", "|---|---|---|---|"]
+    for c in metrics.COMPONENTS:
+        cells = [result[part].get(c) for part in ("coverage", "precision", "f1")]
+        lines.append(f"| {c} | " + " | ".join("-" if v is None else f"{100 * v:.2f}" for v in cells) + " |")
+    lines.append(f"\n{result['n_instances']} instances, judge: {result['judge']}, "
+                 f"failed: {result.get('n_failed', 0)}, resumed: {result.get('n_resumed', 0)}")
+    return "\n".join(lines)

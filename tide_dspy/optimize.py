@@ -1,0 +1,285 @@
+"""Compile (optimize instructions) and tune (Optuna over T, k, pool size, temperature) TIDE programs.
+
+Optimizers are declared in optimizers/<name>.yaml: the DSPy class, its constructor and compile() arguments with
+placeholders ($metric, $lm, $prompt_lm, $threads, $train, $val), and which arguments set the demo count. One
+generic path builds any of them. Validation is always a held-out part of the TRAIN split, never test.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import math
+import os
+import random
+from pathlib import Path
+from types import SimpleNamespace
+
+import dspy
+import yaml
+
+from tide_dspy import metrics
+from tide_dspy.schemas import Instance
+
+log = logging.getLogger(__name__)
+
+OPTIMIZERS_ENV = "TIDE_OPTIMIZERS"
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SPLIT_SEED = 0
+
+
+# ---- data ----
+
+def split_train(instances: list[Instance], val_fraction: float = 0.25, seed: int = SPLIT_SEED
+                ) -> tuple[list[Instance], list[Instance]]:
+    """(train part, validation part) of the train split, shuffled with a fixed seed. Refuses test instances."""
+    test = [i.instance_id for i in instances if i.split == "test"]
+    if test:
+        raise ValueError(f"compile/tune must not see the test split; got test instances {test[:3]}"
+                         f"{'...' if len(test) > 3 else ''}: load with split='train'")
+    if len(instances) < 2:
+        raise ValueError(f"need at least 2 train instances to hold one out for validation, got {len(instances)}")
+    if not 0 < val_fraction < 1:
+        raise ValueError(f"val_fraction must be in (0, 1), got {val_fraction}")
+    order = list(instances)
+    random.Random(seed).shuffle(order)
+    n_val = min(len(order) - 1, max(1, math.ceil(len(order) * val_fraction)))
+    return order[n_val:], order[:n_val]
+
+
+def as_examples(items) -> list[dspy.Example]:
+    from tide_dspy.data import to_examples
+
+    items = list(items)
+    if items and isinstance(items[0], Instance):
+        return to_examples(items)
+    return items
+
+
+# ---- metric ----
+
+def parse_metric(spec: str) -> tuple[str, str]:
+    """"retrieval" -> (retrieval, f1); "mean-coverage" -> (mean, coverage)."""
+    component, _, kind = spec.partition("-")
+    return component, kind or "f1"
+
+
+def make_metric(spec, judge=None, feedback: bool = False):
+    """A DSPy metric from a spec like "retrieval-f1" (or a callable, returned as is)."""
+    if callable(spec):
+        return spec
+    component, kind = parse_metric(spec)
+    factory = metrics.tide_feedback_metric if feedback else metrics.tide_metric
+    return factory(component=component, kind=kind, judge=judge)
+
+
+def aggregate_value(result: dict, spec: str) -> float:
+    """The metric `spec` read off an evaluation aggregate (macro-averaged over instances)."""
+    component, kind = parse_metric(spec)
+    value = metrics.component_value(SimpleNamespace(f1=result["f1"], coverage=result["coverage"]), component, kind)
+    if value is None:
+        raise ValueError(f"metric {spec!r} is not available without a judge: pass --judge proxy or a judge model")
+    return value
+
+
+# ---- optimizer configs ----
+
+def optimizer_dirs() -> list[Path]:
+    dirs = [Path(os.environ[OPTIMIZERS_ENV])] if os.environ.get(OPTIMIZERS_ENV) else []
+    return dirs + [REPO_ROOT / "optimizers"]
+
+
+def available_optimizers() -> list[str]:
+    return sorted({p.stem for d in optimizer_dirs() if d.is_dir() for p in d.glob("*.yaml")})
+
+
+def load_optimizer_config(name_or_path: str) -> dict:
+    """An optimizer config by name (optimizers/<name>.yaml, or $TIDE_OPTIMIZERS/<name>.yaml) or by path."""
+    path = Path(name_or_path)
+    if path.suffix not in (".yaml", ".yml"):
+        path = next((d / f"{name_or_path}.yaml" for d in optimizer_dirs() if (d / f"{name_or_path}.yaml").exists()),
+                    None)
+        if path is None:
+            raise ValueError(f"unknown optimizer {name_or_path!r}; available: {available_optimizers()} "
+                             f"(configs live in {[str(d) for d in optimizer_dirs()]})")
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no optimizer config here")
+    config = yaml.safe_load(path.read_text()) or {}
+    for key in ("optimizer", "init", "compile"):
+        if key not in config:
+            raise ValueError(f"{path}: missing '{key}' (see optimizers/copro.yaml for the format)")
+    config["path"] = str(path)
+    config.setdefault("name", path.stem)
+    return config
+
+
+def parse_options(pairs: list[str] | None) -> dict[str, dict]:
+    """["init.breadth=4", "compile.num_trials=3", "auto=null"] -> {"init": {...}, "compile": {...}}.
+
+    A key without a section prefix goes to init. Values are read as YAML scalars."""
+    out: dict[str, dict] = {"init": {}, "compile": {}}
+    for pair in pairs or []:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            raise ValueError(f"option {pair!r}: expected KEY=VALUE, e.g. init.breadth=4 or compile.num_trials=3")
+        section, _, arg = key.rpartition(".")
+        section = section or "init"
+        if section not in out:
+            raise ValueError(f"option {pair!r}: section must be init or compile")
+        out[section][arg] = yaml.safe_load(value)
+    return out
+
+
+def _resolve(value, bindings: dict, source: str):
+    if isinstance(value, str) and value.startswith("$"):
+        if value[1:] not in bindings:
+            raise ValueError(f"{source}: unknown placeholder {value}; known: {sorted('$' + k for k in bindings)}")
+        return bindings[value[1:]]
+    if isinstance(value, dict):
+        return {k: _resolve(v, bindings, source) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_resolve(v, bindings, source) for v in value]
+    return value
+
+
+def _class(dotted: str, source: str):
+    module, _, name = dotted.rpartition(".")
+    try:
+        return getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as exc:
+        raise ValueError(f"{source}: optimizer class {dotted!r} not found ({exc})") from None
+
+
+def optimizer_arguments(config: dict, *, demos: int | None, options: dict | None, n_train: int) -> tuple[dict, dict]:
+    """(init kwargs, compile kwargs) with placeholders unresolved: demos and overrides applied."""
+    init, comp = dict(config["init"]), dict(config["compile"])
+    sections = {"init": init, "compile": comp}
+    demo_spec = config.get("demos")
+    count = demos if demos is not None else (demo_spec or {}).get("default", 0)
+    if demo_spec is None:
+        if demos:
+            raise ValueError(f"{config['path']}: optimizer {config['name']!r} tunes instructions only; it cannot add "
+                             "demos (use miprov2, simba or bootstrap for --demos)")
+    else:
+        for section in ("init", "compile"):
+            for arg in demo_spec.get(section, []):
+                sections[section][arg] = count
+    for section, values in (options or {}).items():
+        sections[section].update(values)
+    for dotted in config.get("fit_to_trainset", []):
+        section, _, arg = dotted.partition(".")
+        if isinstance(sections[section].get(arg), int):
+            sections[section][arg] = min(sections[section][arg], n_train)
+    return init, comp
+
+
+def compile_program(
+    program: dspy.Module,
+    trainset,
+    valset,
+    optimizer: str = "copro",
+    metric="retrieval-f1",
+    *,
+    judge="proxy",
+    demos: int | None = None,
+    options: dict | None = None,
+    lm: dspy.BaseLM | None = None,
+    prompt_lm: dspy.BaseLM | None = None,
+    threads: int = 1,
+    autolog: bool = False,
+) -> dspy.Module:
+    """Optimize `program` (instruction-only unless `demos` > 0) and return the compiled copy.
+
+    trainset/valset: Instances (or dspy.Examples) of the train split's two parts. `metric`: a spec such as
+    "retrieval-f1" / "mean-f1" scored with `judge`, or a DSPy metric. `options`: parse_options() overrides."""
+    from tide_dspy.tracking import dspy_autolog
+
+    config = load_optimizer_config(optimizer)
+    lm = lm or dspy.settings.lm
+    if lm is None:
+        raise RuntimeError("no LM: pass lm=... or configure one with dspy.context(lm=...)")
+    judge = metrics.make_judge(judge) if isinstance(judge, str) else judge
+    train, val = as_examples(trainset), as_examples(valset)
+    bindings = {
+        "metric": make_metric(metric, judge, feedback=config.get("metric") == "feedback"),
+        "lm": lm,
+        "prompt_lm": prompt_lm or lm,
+        "threads": threads,
+        "train": train,
+        "val": val,
+    }
+    init, comp = optimizer_arguments(config, demos=demos, options=options, n_train=len(train))
+    source = config["path"]
+    log.info("compiling with %s (%s): init %s, compile %s", config["name"], config["optimizer"],
+             {k: v for k, v in init.items() if not str(v).startswith("$")}, list(comp))
+    # Inside the context: some optimizers read dspy.settings.lm when they are built.
+    with dspy.context(lm=lm), dspy_autolog(autolog):
+        teleprompter = _class(config["optimizer"], source)(**_resolve(init, bindings, source))
+        compiled = teleprompter.compile(program, **_resolve(comp, bindings, source))
+    return compiled
+
+
+# ---- tune ----
+
+def search_space(setting: str, pool_max: int) -> dict:
+    """Ranges of the tuned knobs; rounds follow the paper's per-setting shapes."""
+    return {
+        "max_rounds": (1, 10 if setting == "workspace" else 5),
+        "per_round": (1, 3 if setting == "workspace" else 5),
+        "pool_size": (1, max(1, pool_max)),
+        "temperature": (0.0, 1.0),
+    }
+
+
+def tune(
+    setting: str,
+    library,
+    valset: list[Instance],
+    *,
+    lm: dspy.BaseLM,
+    n_trials: int,
+    storage: str = "sqlite:///optuna.db",
+    study_name: str | None = None,
+    metric: str = "retrieval-f1",
+    judge="proxy",
+    seed: int = 0,
+    on_trial=None,
+    progress: bool = False,
+):
+    """An Optuna study (resumable: load_if_exists) maximizing `metric` of TIDE on the validation part.
+
+    Each trial builds TIDE with (T, k, a seeded subset of `library` of the trial's pool size) and runs it on an
+    LM copy at the trial's temperature. `on_trial(trial, value, result)` is called after each finished trial."""
+    import optuna
+
+    from tide_dspy.evaluation import evaluate
+    from tide_dspy.programs import build_program
+
+    if any(i.split == "test" for i in valset):
+        raise ValueError("tune must not see the test split: pass the validation part of train")
+    judge = metrics.make_judge(judge) if isinstance(judge, str) else judge
+    space = search_space(setting, len(library))
+    study = optuna.create_study(
+        study_name=study_name or f"tide-{setting}", storage=storage, direction="maximize", load_if_exists=True,
+        sampler=optuna.samplers.TPESampler(seed=seed),
+    )
+
+    def objective(trial):
+        params = {
+            "max_rounds": trial.suggest_int("max_rounds", *space["max_rounds"]),
+            "per_round": trial.suggest_int("per_round", *space["per_round"]),
+            "pool_size": trial.suggest_int("pool_size", *space["pool_size"]),
+            "temperature": trial.suggest_float("temperature", *space["temperature"]),
+        }
+        program = build_program("tide", setting, templates=library.subset(params["pool_size"], seed=seed),
+                                max_rounds=params["max_rounds"], per_round=params["per_round"])
+        result = evaluate(program, valset, judge=judge, out_path=None, progress=progress,
+                          lm=lm.copy(temperature=params["temperature"]))
+        value = aggregate_value(result, metric)
+        trial.set_user_attr("n_failed", result["n_failed"])
+        if on_trial:
+            on_trial(trial, value, result)
+        return value
+
+    study.optimize(objective, n_trials=n_trials)
+    return study
