@@ -82,7 +82,10 @@ class RoutedLM(DummyLM):
 
     def findings_for(self, message: str, wrong: bool = False) -> list[dict]:
         context = field_block(message, "context")
-        instance = next((i for i in self.instances if i.artifacts[0].id in context), None)
+        # The instance whose artifacts are all shown; repository instances of one project share ids, so the
+        # largest such instance is the one rendered.
+        shown = [i for i in self.instances if all(a.id in context for a in i.artifacts)]
+        instance = max(shown, key=lambda i: len(i.artifacts), default=None)
         if instance is None:
             return []
         max_new = int(field_block(message, "max_new") or 1)

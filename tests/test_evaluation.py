@@ -124,3 +124,13 @@ def test_data_path_resolution(tmp_path, monkeypatch):
     assert data_path("workspace", tmp_path) == tmp_path
     with pytest.raises(FileNotFoundError, match="TIDE_DATA"):
         data_path("repository")
+
+
+def test_repository_instance_scores_with_patches(repository_instance):
+    program = build_program("iter", "repository", max_rounds=3, per_round=1)
+    result = evaluate(program, [repository_instance], judge="proxy", lm=RoutedLM([repository_instance]),
+                      progress=False)
+    n = len(repository_instance.problems)
+    assert result["coverage"]["retrieval"] == pytest.approx(min(3, n) / n)
+    assert result["precision"]["retrieval"] == pytest.approx(1.0)
+    assert result["f1"]["resolution"] > 0.9  # the gold patch itself, judged by the proxy

@@ -138,3 +138,11 @@ def test_solved_demos_are_rendered_round_robin_over_instances():
     a, b = instances
     assert demos == [s.render_demo(a, a.problems[0]), s.render_demo(b, b.problems[0]), s.render_demo(a, a.problems[1])]
     assert solved_demos(instances, "workspace", 0) == []
+
+
+def test_repository_cases_distill_to_repo_ids(repository_instance):
+    lm = RoutedLM([repository_instance])
+    library = distill_library([repository_instance], "repository", lm=lm, progress=False, merge_threshold=None)
+    assert library.ids[0] == "repo-t001" and len(library) == len(repository_instance.problems)
+    sent = lm.history[0]["messages"][-1]["content"]
+    assert repository_instance.problems[0].patch.splitlines()[0] in sent  # the resolution is the gold patch

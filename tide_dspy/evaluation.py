@@ -18,7 +18,7 @@ import dspy
 from tqdm.auto import tqdm
 
 from tide_dspy import metrics
-from tide_dspy.schemas import Finding, Instance
+from tide_dspy.schemas import Instance
 
 log = logging.getLogger(__name__)
 
@@ -178,10 +178,6 @@ def run_config(program, method: str, judge, lm, instances: list[Instance], extra
         "instances": [i.instance_id for i in instances],
         **(extra or {}),
     }
-
-
-def findings_of(row: dict) -> list[Finding]:
-    return [Finding.model_validate(f) for f in row.get("findings", [])]
 
 
 def _write_json(path: Path, data) -> None:

@@ -245,11 +245,13 @@ def tune(
     seed: int = 0,
     on_trial=None,
     progress: bool = False,
+    base: dspy.Module | None = None,
 ):
     """An Optuna study (resumable: load_if_exists) maximizing `metric` of TIDE on the validation part.
 
-    Each trial builds TIDE with (T, k, a seeded subset of `library` of the trial's pool size) and runs it on an
-    LM copy at the trial's temperature. `on_trial(trial, value, result)` is called after each finished trial."""
+    Each trial builds TIDE with (T, k, a seeded subset of `library` of the trial's pool size), loads `base`'s
+    predictor state (e.g. a compiled program's instructions) when given, and runs it on an LM copy at the
+    trial's temperature. `on_trial(trial, value, result)` is called after each finished trial."""
     import optuna
 
     from tide_dspy.evaluation import evaluate
@@ -273,6 +275,8 @@ def tune(
         }
         program = build_program("tide", setting, templates=library.subset(params["pool_size"], seed=seed),
                                 max_rounds=params["max_rounds"], per_round=params["per_round"])
+        if base is not None:
+            program.load_state(base.dump_state())
         result = evaluate(program, valset, judge=judge, out_path=None, progress=progress,
                           lm=lm.copy(temperature=params["temperature"]))
         value = aggregate_value(result, metric)

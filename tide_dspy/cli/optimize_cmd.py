@@ -98,6 +98,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     _split_options(t)
     t.add_argument("--templates", default=None, help="template library (default: programs/<setting>/<backbone>/"
                                                      "templates.json)")
+    t.add_argument("--program", default=None, help="start each trial from this program's instructions (default: "
+                                                   "programs/<setting>/<backbone>/tide.json when it exists)")
     t.add_argument("--trials", type=int, required=True, help="trials to run now (the study resumes across runs)")
     t.add_argument("--storage", default="sqlite:///optuna.db", help="Optuna storage URL (open it with optuna-dashboard)")
     t.add_argument("--study", default=None, help="study name (default: tide-<setting>-<backbone>)")
@@ -321,6 +323,7 @@ def run_tune(args: argparse.Namespace) -> int:
     import mlflow
 
     from tide_dspy.optimize import split_train, tune
+    from tide_dspy.programs import load_program
     from tide_dspy.templates import TemplateLibrary
     from tide_dspy.tracking import model_name, tracked_run
 
@@ -328,10 +331,12 @@ def run_tune(args: argparse.Namespace) -> int:
     instances, _ = load_split(args, setting)
     _, val = split_train(instances, args.val_fraction, args.seed)
     library = TemplateLibrary.load(templates_path(args, setting))
+    compiled = Path(args.program) if args.program else program_dir(args, setting) / "tide.json"
+    base = load_program(compiled) if args.program or compiled.exists() else None
     lm, judge = make_lm(args), make_judge(args)
     study_name = args.study or model_name(setting, args.backbone)
     params = {**_base_params(args, instances, lm), "metric": args.metric, "storage": args.storage,
-              "study": study_name, "pool_max": len(library), "val_ids": [i.instance_id for i in val]}
+              "study": study_name, "pool_max": len(library), "base_program": str(compiled) if base else None, "val_ids": [i.instance_id for i in val]}
     track = not args.no_track
 
     def on_trial(trial, value, result):
@@ -343,11 +348,11 @@ def run_tune(args: argparse.Namespace) -> int:
                      enabled=track):
         t0 = time.perf_counter()
         study = tune(setting, library, val, lm=lm, n_trials=args.trials, storage=args.storage, study_name=study_name,
-                     metric=args.metric, judge=judge, on_trial=on_trial)
+                     metric=args.metric, judge=judge, on_trial=on_trial, base=base)
         best = study.best_trial
         seconds = round(time.perf_counter() - t0, 1)
         folder = program_dir(args, setting)
-        summary = {"study": study_name, "storage": args.storage, "metric": args.metric, "best_value": best.value,
+        summary = {"study": study_name, "storage": args.storage, "base_program": params["base_program"], "metric": args.metric, "best_value": best.value,
                    "best_params": best.params, "best_trial": best.number, "trials": len(study.trials)}
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "tune.json").write_text(json.dumps(summary, indent=1) + "\n")
