@@ -1,0 +1,125 @@
+"""PNG figures for experiments/run.py. Each function takes the records it also writes as CSV."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+COMPONENTS = ("retrieval", "identification", "resolution")
+
+
+def _save(fig, path: Path) -> None:
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def _lines(records, x, ys, group, path, xlabel, ylabel, title):
+    fig, ax = plt.subplots(figsize=(6, 4))
+    series = defaultdict(list)
+    for r in records:
+        series[r[group]].append(r)
+    for name, rows in series.items():
+        rows.sort(key=lambda r: r[x])
+        for y in ys:
+            vals = [(r[x], r[y]) for r in rows if r[y] is not None]
+            if vals:
+                ax.plot(*zip(*vals), marker="o", label=f"{name} {y}" if len(ys) > 1 else name)
+    ax.set(xlabel=xlabel, ylabel=ylabel, title=title)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    _save(fig, path)
+
+
+def table1(records, path: Path, title: str) -> None:
+    fig, axes = plt.subplots(1, 3, figsize=(12, 3.8), sharey=True)
+    methods = [r["method"] for r in records]
+    for ax, c in zip(axes, COMPONENTS):
+        for j, kind in enumerate(("coverage", "f1")):
+            vals = [r[f"{c}_{kind}"] or 0 for r in records]
+            errs = [r[f"{c}_{kind}_std"] or 0 for r in records]
+            xs = [i + (j - 0.5) * 0.38 for i in range(len(methods))]
+            ax.bar(xs, vals, width=0.38, yerr=errs, label=kind)
+        unjudged = all(r[f"{c}_f1"] is None for r in records)
+        ax.set_title(c + (" (not judged)" if unjudged else ""))
+        ax.set_xticks(range(len(methods)), methods)
+    axes[0].set_ylabel("percent")
+    axes[0].legend()
+    fig.suptitle(title)
+    _save(fig, path)
+
+
+def steps(records, path: Path) -> None:
+    fig, ax = plt.subplots(figsize=(6, 4))
+    width = 0.4
+    for j, method in enumerate(sorted({r["method"] for r in records})):
+        rows = sorted((r for r in records if r["method"] == method), key=lambda r: r["step"])
+        xs = [r["step"] + (j - 0.5) * width for r in rows]
+        ax.bar(xs, [r["new"] for r in rows], width=width, label=f"{method} new")
+        ax.bar(xs, [r["rediscovered"] for r in rows], width=width, bottom=[r["new"] for r in rows],
+               label=f"{method} re-discovered", alpha=0.5)
+    ax.set(xlabel="step", ylabel="findings per instance", title="New vs re-discovered findings per step")
+    ax.legend()
+    _save(fig, path)
+
+
+def budget(records, path: Path) -> None:
+    _lines(records, "budget", ["f1"], "method", path, "call budget k", "retrieval F1", "F1 against the call budget")
+
+
+def rounds(records, path: Path) -> None:
+    _lines(records, "round", ["coverage", "precision"], "method", path, "round", "retrieval",
+           "Per-round retrieval coverage and precision")
+
+
+def transfer(records, path: Path) -> None:
+    rows = sorted({r["inference"] for r in records})
+    cols = sorted({r["templates_from"] for r in records})
+    grid = [[next((r["retrieval_f1"] or 0 for r in records if r["inference"] == i and r["templates_from"] == s), 0)
+             for s in cols] for i in rows]
+    fig, ax = plt.subplots(figsize=(1.8 + 1.5 * len(cols), 1.5 + 1.0 * len(rows)))
+    im = ax.imshow(grid, cmap="viridis")
+    ax.set_xticks(range(len(cols)), cols)
+    ax.set_yticks(range(len(rows)), rows)
+    for y, row in enumerate(grid):
+        for x, v in enumerate(row):
+            ax.text(x, y, f"{100 * v:.1f}", ha="center", va="center", color="w")
+    ax.set(xlabel="templates from", ylabel="inference backbone", title="Template transfer (retrieval F1)")
+    fig.colorbar(im)
+    _save(fig, path)
+
+
+def citations(records, path: Path) -> None:
+    fig, ax = plt.subplots(figsize=(8, 4))
+    for backbone in sorted({r["backbone"] for r in records}):
+        rows = [r for r in records if r["backbone"] == backbone][:20]
+        ax.bar([r["template"] for r in rows], [r["citations"] for r in rows], label=backbone, alpha=0.7)
+    ax.tick_params(axis="x", rotation=70)
+    ax.set(ylabel="citations", title="Template citation frequency")
+    ax.legend()
+    _save(fig, path)
+
+
+def poolsize(records, path: Path) -> None:
+    for r in records:
+        r["series"] = "tide"
+    _lines(records, "pool_size", ["retrieval_f1"], "series", path, "template pool size", "retrieval F1",
+           "F1 against template pool size")
+
+
+def per_instance(records, path: Path) -> None:
+    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4))
+    a.bar(range(len(records)), [r["findings"] for r in records], label="findings")
+    a.plot(range(len(records)), [r["gold_problems"] for r in records], "k_", markersize=20, label="gold problems")
+    a.set(xlabel="instance", ylabel="count", title="Discovered problems per instance")
+    a.legend()
+    pts = [(r["gold_problems"], r["retrieval_coverage"]) for r in records if r["retrieval_coverage"] is not None]
+    if pts:
+        b.scatter(*zip(*pts))
+    b.set(xlabel="gold problems in instance", ylabel="retrieval coverage", title="Coverage by number of gold problems")
+    _save(fig, path)

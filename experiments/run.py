@@ -1,0 +1,333 @@
+"""Reproduce the paper's tables and figures on any backbone.
+
+    python experiments/run.py table1 --setting workspace --backbone local-small --judge proxy
+    python experiments/run.py all --setting repository --backbone local-small --max-context-tokens 12000
+
+Every analysis reads raw per-instance runs under OUT/raw/<method>[-<variant>]/run<r>.jsonl. A missing or partial
+raw run is (re)started and resumes where it stopped, so a crash loses no finished instance. Raw runs interleave
+methods per instance, so the embedded backbone reuses the shared static prefix across methods.
+Budget and per-round analyses re-score the findings of the first k rounds of one T-round run (see
+tide_dspy.analysis): a 10-round run gives every budget k <= 10 without further LM calls.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import dspy
+
+from tide_dspy import analysis
+from tide_dspy.backbones import describe_lm, get_lm
+from tide_dspy.cli.common import add_lm_options
+from tide_dspy.data import load_instances
+from tide_dspy.evaluation import data_path, evaluate, read_rows, select_instances
+from tide_dspy.metrics import InstanceScore, aggregate, make_judge
+from tide_dspy.programs import build_program
+from tide_dspy.templates import TemplateLibrary, solved_demos
+from tide_dspy.tracking import tracked_run
+
+sys.path.insert(0, str(Path(__file__).parent))
+import plots  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+PAPER_ROUNDS = {"workspace": (10, 1), "repository": (3, 3)}
+
+
+# ---- inputs ----
+
+def chosen_instances(args) -> list:
+    instances = load_instances(data_path(args.setting, args.data), setting=args.setting, split=args.split)
+    if args.instances:
+        wanted = set(args.instances)
+        instances = [i for i in instances if i.instance_id in wanted]
+    instances = select_instances(instances, max_context_tokens=args.max_context_tokens, limit=args.limit)
+    if not instances:
+        raise SystemExit("no instances selected: check --split, --max-context-tokens, --instances and --limit")
+    return instances
+
+
+def template_library(args, source_backbone: str | None = None) -> TemplateLibrary:
+    path = Path(args.templates) if args.templates and not source_backbone else (
+        ROOT / "programs" / args.setting / (source_backbone or args.backbone) / "templates.json")
+    if not path.exists():
+        raise SystemExit(f"no template library at {path}: run `tide distill --setting {args.setting} "
+                         f"--backbone {source_backbone or args.backbone}` first, or pass --templates")
+    return TemplateLibrary.load(path)
+
+
+def make_program(method: str, args, templates: TemplateLibrary | None = None, rounds: int | None = None):
+    T, k = rounds or args.rounds or PAPER_ROUNDS[args.setting][0], args.per_round or PAPER_ROUNDS[args.setting][1]
+    if method in ("tide", "iter"):
+        return build_program(method, args.setting, templates=templates.templates if templates else None,
+                             max_rounds=T, per_round=k)
+    if method == "iter-demos":
+        train = load_instances(data_path(args.setting, args.data), setting=args.setting, split="train")
+        return build_program(method, args.setting, demos=solved_demos(train, args.setting, args.demos),
+                             max_rounds=T, per_round=k)
+    if method == "multi":
+        return build_program(method, args.setting, max_rounds=T, per_round=k)
+    return build_program("single", args.setting, max_findings=T * k)
+
+
+# ---- raw runs ----
+
+def run_raw(args, plan: dict[str, object], instances: list, out: Path, lm, judge) -> dict[str, list[dict]]:
+    """Run every (name -> program) of `plan` on every instance, instance-major, `args.runs` times."""
+    rows: dict[str, list[dict]] = {}
+    for r in range(args.runs):
+        run_lm = lm if r == 0 else lm.copy(rollout_id=r)
+        for inst in instances:
+            for name, program in plan.items():
+                path = out / "raw" / name / f"run{r}.jsonl"
+                evaluate(program, [inst], judge=judge, out_path=path, resume=True, progress=False, lm=run_lm,
+                         method=name)
+                row = read_rows(path)[inst.instance_id]
+                print(f"[run {r}] {inst.instance_id} {name}: {len(row['findings'])} findings, "
+                      f"{row['seconds']:.0f}s{' ERROR ' + row['error'] if row.get('error') else ''}", flush=True)
+    wanted = [i.instance_id for i in instances]
+    for name in plan:
+        rows[name] = []
+        for r in range(args.runs):
+            done = read_rows(out / "raw" / name / f"run{r}.jsonl")
+            rows[name] += [done[i] for i in wanted]
+    return rows
+
+
+def rows_by_run(rows: list[dict], runs: int, n_instances: int) -> list[list[dict]]:
+    return [rows[i * n_instances:(i + 1) * n_instances] for i in range(runs)]
+
+
+# ---- outputs ----
+
+def write_csv(path: Path, records: list[dict]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(records[0]))
+        writer.writeheader()
+        writer.writerows(records)
+
+
+def pct(x) -> str:
+    return "n/a" if x is None else f"{100 * x:.2f}"
+
+
+def write_meta(path: Path, lm, judge, started: float, extra: dict | None = None) -> None:
+    meta = {
+        "command": " ".join(sys.argv),
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "backbone": describe_lm(lm),
+        "judge": getattr(judge, "label", "none"),
+        "wall_seconds": round(time.time() - started, 1),
+        **(extra or {}),
+    }
+    path.write_text(json.dumps(meta, indent=2) + "\n")
+
+
+def table1(args, instances, out, lm, judge) -> dict:
+    templates = template_library(args)
+    methods = args.methods or ["single", "multi", "tide"]
+    plan = {m: make_program(m, args, templates) for m in methods}
+    raw = run_raw(args, plan, instances, out, lm, judge)
+    records = []
+    for m in methods:
+        aggregates = [aggregate([analysis_score(row) for row in run]) for run in rows_by_run(raw[m], args.runs, len(instances))]
+        summary = analysis.summarize_runs(aggregates)
+        rec = {"method": m, "instances": len(instances), "runs": args.runs}
+        for c in analysis.COMPONENTS:
+            for kind in ("coverage", "f1"):
+                mu, sd = summary[kind][c]
+                rec[f"{c}_{kind}"] = None if mu is None else round(100 * mu, 2)
+                rec[f"{c}_{kind}_std"] = None if sd is None else round(100 * sd, 2)
+        records.append(rec)
+    write_csv(out / "table1.csv", records)
+
+    lines = [f"| method | {' | '.join(f'{c} cov / F1' for c in analysis.COMPONENTS)} |", "|---|---|---|---|"]
+    for rec in records:
+        cells = [f"{pct_or(rec[f'{c}_coverage'])} / {pct_or(rec[f'{c}_f1'])}" for c in analysis.COMPONENTS]
+        lines.append(f"| {rec['method']} | {' | '.join(cells)} |")
+    (out / "table1.md").write_text("\n".join(lines) + f"\n\njudge: {getattr(judge, 'label', 'none')}\n")
+    plots.table1(records, out / "table1.png",
+                 title=f"{args.setting} / {args.backbone} / judge: {getattr(judge, 'label', 'none')}")
+    print("\n".join(lines))
+    return {f"{r['method']}.{c}_f1": r[f"{c}_f1"] for r in records for c in analysis.COMPONENTS if r[f"{c}_f1"] is not None}
+
+
+def pct_or(v) -> str:
+    return "n/a" if v is None else f"{v:.2f}"
+
+
+def analysis_score(row: dict) -> InstanceScore:
+    return InstanceScore.model_validate(row["score"])
+
+
+def steps(args, instances, out, lm, judge) -> dict:
+    templates = template_library(args)
+    raw = run_raw(args, {"tide": make_program("tide", args, templates), "multi": make_program("multi", args)},
+                  instances, out, lm, judge)
+    records = []
+    for m in ("tide", "multi"):
+        for t, v in analysis.steps_new_vs_rediscovered(raw[m]).items():
+            records.append({"method": m, "step": t, **{k: round(x, 3) for k, x in v.items()}})
+    write_csv(out / "steps.csv", records)
+    plots.steps(records, out / "steps.png")
+    return {}
+
+
+def budget(args, instances, out, lm, judge) -> dict:
+    templates = template_library(args)
+    T = max(args.budgets)
+    plan = {f"tide-T{T}": make_program("tide", args, templates, rounds=T), f"multi-T{T}": make_program("multi", args, rounds=T)}
+    raw = run_raw(args, plan, instances, out, lm, judge)
+    by_id = {i.instance_id: i for i in instances}
+    records = []
+    for name, rows in raw.items():
+        for k, v in analysis.budget_curve(rows, by_id, args.budgets, judge=None).items():
+            records.append({"method": name.split("-")[0], "budget": k, **{x: round(y, 4) for x, y in v.items()}})
+    write_csv(out / "budget.csv", records)
+    plots.budget(records, out / "budget.png")
+    return {}
+
+
+def rounds(args, instances, out, lm, judge) -> dict:
+    templates = template_library(args)
+    T = args.rounds or PAPER_ROUNDS[args.setting][0]
+    raw = run_raw(args, {"tide": make_program("tide", args, templates), "iter": make_program("iter", args)},
+                  instances, out, lm, judge)
+    by_id = {i.instance_id: i for i in instances}
+    records = []
+    for name, rows in raw.items():
+        for k, v in analysis.budget_curve(rows, by_id, range(1, T + 1)).items():
+            records.append({"method": name, "round": k, "coverage": round(v["coverage"], 4), "precision": round(v["precision"], 4)})
+    write_csv(out / "rounds.csv", records)
+    plots.rounds(records, out / "rounds.png")
+    return {}
+
+
+def demos(args, instances, out, lm, judge) -> dict:
+    saved_methods = args.methods
+    args.methods = ["iter-demos", "tide"]
+    try:
+        return table1(args, instances, out, lm, judge)
+    finally:
+        args.methods = saved_methods
+
+
+def transfer(args, instances, out, lm_unused, judge) -> dict:
+    records = []
+    for inference in args.backbones:
+        lm = get_lm(inference, num_threads=args.threads)
+        for source in args.template_sources:
+            program = make_program("tide", args, template_library(args, source_backbone=source))
+            raw = run_raw(args, {f"tide-{inference}-with-{source}": program}, instances, out, lm, judge)
+            rows = next(iter(raw.values()))
+            agg = aggregate([analysis_score(r) for r in rows])
+            records.append({"inference": inference, "templates_from": source,
+                            **{f"{c}_f1": agg["f1"][c] for c in analysis.COMPONENTS}})
+    write_csv(out / "transfer.csv", records)
+    plots.transfer(records, out / "transfer.png")
+    return {}
+
+
+def citations(args, instances, out, lm, judge) -> dict:
+    records = []
+    for backbone in args.backbones:
+        path = out.parent / out.name.replace(args.backbone, backbone) / "raw" / "tide" / "run0.jsonl"
+        rows = read_rows(path) if path.exists() else []
+        if not rows:
+            print(f"citations: no TIDE rows for {backbone} at {path}; run table1 for it first")
+        for template_id, n in analysis.template_citations(rows).most_common():
+            records.append({"backbone": backbone, "template": template_id, "citations": n})
+    if records:
+        write_csv(out / "citations.csv", records)
+        plots.citations(records, out / "citations.png")
+    return {}
+
+
+def poolsize(args, instances, out, lm, judge) -> dict:
+    library = template_library(args)
+    sizes = [s for s in args.pool_sizes if s <= len(library.templates)] or [len(library.templates)]
+    plan = {f"tide-pool{n}": make_program("tide", args, library.subset(n)) for n in sizes}
+    raw = run_raw(args, plan, instances, out, lm, judge)
+    records = []
+    for n in sizes:
+        agg = aggregate([analysis_score(r) for r in raw[f"tide-pool{n}"]])
+        records.append({"pool_size": n, **{f"{c}_f1": agg["f1"][c] for c in analysis.COMPONENTS}})
+    write_csv(out / "poolsize.csv", records)
+    plots.poolsize(records, out / "poolsize.png")
+    return {}
+
+
+def per_instance(args, instances, out, lm, judge) -> dict:
+    templates = template_library(args)
+    raw = run_raw(args, {"tide": make_program("tide", args, templates)}, instances, out, lm, judge)
+    by_id = {i.instance_id: i for i in instances}
+    records = analysis.per_instance_counts(raw["tide"], by_id)
+    write_csv(out / "per_instance.csv", records)
+    plots.per_instance(records, out / "per_instance.png")
+    return {}
+
+
+EXPERIMENTS = {
+    "table1": table1, "steps": steps, "budget": budget, "rounds": rounds, "demos": demos,
+    "transfer": transfer, "citations": citations, "poolsize": poolsize, "instances": per_instance,
+}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("experiment", choices=[*EXPERIMENTS, "all"])
+    parser.add_argument("--setting", required=True, choices=["workspace", "repository"])
+    parser.add_argument("--split", default="test")
+    parser.add_argument("--data", default=None, help="JSONL file or folder (default: the shared data of the setting)")
+    parser.add_argument("--templates", default=None, help="template library JSON (default: programs/<setting>/<backbone>/templates.json)")
+    parser.add_argument("--limit", type=int, default=None)
+    parser.add_argument("--instances", nargs="*", default=None, help="only these instance ids")
+    parser.add_argument("--max-context-tokens", type=int, default=None, help="keep instances whose rendered context fits")
+    parser.add_argument("--runs", type=int, default=1, help="repeats (distinct rollout ids); spread is reported")
+    parser.add_argument("--rounds", type=int, default=None, help="T (default: the paper's, 10 workspace / 3 repository)")
+    parser.add_argument("--per-round", type=int, default=None, help="k (default: the paper's, 1 workspace / 3 repository)")
+    parser.add_argument("--methods", nargs="*", default=None, choices=["single", "multi", "tide", "iter", "iter-demos"])
+    parser.add_argument("--demos", type=int, default=5, help="solved examples for Iter + Demos")
+    parser.add_argument("--budgets", type=int, nargs="*", default=list(range(2, 11)))
+    parser.add_argument("--pool-sizes", type=int, nargs="*", default=[0, 5, 10, 20, 40, 108])
+    parser.add_argument("--backbones", nargs="*", default=None, help="transfer/citations: inference backbones")
+    parser.add_argument("--template-sources", nargs="*", default=None, help="transfer: template source backbones")
+    parser.add_argument("--out", default=None, help="default: experiments/results/<setting>-<backbone>")
+    add_lm_options(parser)
+    args = parser.parse_args(argv)
+    args.backbones = args.backbones or [args.backbone]
+    args.template_sources = args.template_sources or args.backbones
+
+    out = Path(args.out or ROOT / "experiments" / "results" / f"{args.setting}-{args.backbone}")
+    out.mkdir(parents=True, exist_ok=True)
+    instances = chosen_instances(args)
+    print(f"{len(instances)} instances: {', '.join(i.instance_id for i in instances)}", flush=True)
+    lm = get_lm(args.backbone, api_base=args.api_base, temperature=args.temperature, max_tokens=args.max_tokens,
+                num_threads=args.threads)
+    judge = make_judge(args.judge)
+    names = list(EXPERIMENTS) if args.experiment == "all" else [args.experiment]
+    for name in names:
+        started = time.time()
+        params = {"split": args.split, "instances": len(instances), "runs": args.runs,
+                  "judge": getattr(judge, "label", "none"), **describe_lm(lm)}
+        with tracked_run(f"experiment-{name}", setting=args.setting, backbone=args.backbone, params=params):
+            import mlflow
+
+            with dspy.context(lm=lm):
+                metrics = EXPERIMENTS[name](args, instances, out, lm, judge)
+            write_meta(out / f"meta-{name}.json", lm, judge, started, {"experiment": name,
+                                                                       "instances": [i.instance_id for i in instances]})
+            mlflow.log_metrics({k: float(v) for k, v in metrics.items()})
+            for f in sorted(out.glob("*.*")):
+                mlflow.log_artifact(str(f))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
