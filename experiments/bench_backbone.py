@@ -1,0 +1,183 @@
+"""Benchmark the embedded backbone: speed, prefix reuse across TIDE rounds, and first-time parse rates.
+
+    python experiments/bench_backbone.py                      # local-small (0.5B), 2 threads
+    python experiments/bench_backbone.py --backbone local     # the 1.5B default
+
+Prints and saves (experiments/results/bench_backbone/<backbone>-<date>.{json,txt}):
+  1. prompt tokens/s and generated tokens/s on a fresh ~2k-token prompt, with and without a JSON-schema grammar;
+  2. a TIDE run on one small repository instance under two decoding modes:
+     - ChatAdapter, unconstrained (its JSONAdapter fallback is off, so a parse failure counts as one);
+     - JSONAdapter with the signature's JSON schema compiled to a llama.cpp grammar (constrained);
+     per round: prompt tokens, tokens reused from the previous call's KV cache, prompt-eval seconds, and
+     round t's prompt-eval time over round 1's (the prefix-reuse ratio, target < 0.3);
+  3. the share of rounds whose first LM answer parsed, side by side.
+The DSPy response cache is off so every call is real.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shlex
+import sys
+import time
+import uuid
+from datetime import datetime, timezone
+from pathlib import Path
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+import dspy  # noqa: E402
+from dspy.lm15 import Config, Message, Request  # noqa: E402
+
+from tide_dspy.backbones import describe_lm, get_lm  # noqa: E402
+from tide_dspy.data.records import instance_from_record  # noqa: E402
+from tide_dspy.discovery import TIDE, DiscoveryState  # noqa: E402
+from tide_dspy.settings import get_setting  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_DATA = Path(os.environ.get("TIDE_SHARED_DATA", ROOT.parent / "shared" / "data")) / "repository" / "swebench_multibug.jsonl"
+DEFAULT_INSTANCE = "pytest-dev__pytest__multi-10"  # the smallest candidate pool (~3k tokens rendered)
+
+
+def load_instance(path: Path, instance_id: str):
+    needle = f'"instance_id": "{instance_id}"'
+    with path.open() as f:
+        for line in f:
+            if needle in line[:500]:
+                return instance_from_record(json.loads(line))
+    raise SystemExit(f"{path}: no instance {instance_id!r}")
+
+
+def speed(lm, text: str, gen_tokens: int) -> dict:
+    """Fresh prompt (a nonce first, so nothing is reused), then free and grammar-constrained generation."""
+    engine = lm.engine
+    schema = {"type": "object", "properties": {"summary": {"type": "string"},
+                                               "functions": {"type": "array", "items": {"type": "string"}}},
+              "required": ["summary", "functions"]}
+    out = {}
+    for label, fmt in (("free", None), ("grammar", {"type": "json_schema", "schema": schema})):
+        request = Request(
+            model=lm.model,
+            system=f"run {uuid.uuid4().hex}",
+            messages=(Message.user(text + "\n\nDescribe this code at length, as JSON with a summary and the "
+                                   "list of function names."),),
+            config=Config(max_tokens=gen_tokens, temperature=0.0, response_format=fmt),
+        )
+        engine.complete(request)
+        c = engine.calls[-1]
+        out[label] = dict(prompt_tokens=c.prompt_tokens, prompt_tok_s=round(c.prompt_tokens / c.prompt_seconds, 1),
+                          output_tokens=c.output_tokens,
+                          gen_tok_s=round(c.output_tokens / c.generation_seconds, 1) if c.generation_seconds else None)
+    return out
+
+
+def run_mode(name: str, lm, adapter, instance, rounds: int, per_round: int) -> dict:
+    """`rounds` TIDE rounds, all of them: TIDE.forward would stop after a round with nothing new, and the
+    reuse ratio needs rounds 2 and 3. Each round is TIDE's own `run_round` on the growing state."""
+    program = TIDE("repository", max_rounds=rounds, per_round=per_round, max_retries=1)
+    engine = lm.engine
+    state, rows, records = DiscoveryState(), [], []
+    start_calls = len(engine.calls)
+    t0 = time.perf_counter()
+    with dspy.context(lm=lm, adapter=adapter):
+        for t in range(1, rounds + 1):
+            first = len(engine.calls)
+            state, record = program.run_round(instance, state, t, per_round)
+            records.append(record)
+            c = engine.calls[first]
+            rows.append(dict(round=t, lm_calls=record.lm_calls, parse_failures=record.parse_failures,
+                             parsed_first_time=record.parse_failures == 0, new=record.new, failed=record.failed,
+                             prompt_tokens=c.prompt_tokens, reused_tokens=c.reused_tokens,
+                             prompt_seconds=round(c.prompt_seconds, 2), output_tokens=c.output_tokens,
+                             generation_seconds=round(c.generation_seconds, 2), finish=c.finish_reason))
+    wall = time.perf_counter() - t0
+    base = rows[0]["prompt_seconds"]
+    for r in rows:
+        r["prompt_time_vs_round1"] = round(r["prompt_seconds"] / base, 3) if base else None
+    known = set(instance.artifact_ids)
+    findings = state.findings
+    return dict(
+        mode=name, wall_seconds=round(wall, 1), rounds=rows, lm_calls=len(engine.calls) - start_calls,
+        parsed_first_time=f"{sum(r['parsed_first_time'] for r in rows)}/{len(rows)}",
+        findings=len(findings), findings_with_evidence=sum(bool(f.evidence) for f in findings),
+        evidence_ids_all_known=all(e in known for f in findings for e in f.evidence),
+        error=next((r.error for r in records if r.error), None),
+    )
+
+
+def report(result: dict) -> str:
+    lines = [f"backbone: {result['backbone']}  threads: {result['threads']}  instance: {result['instance']} "
+             f"({result['candidates']} candidates)", ""]
+    for label, s in result["speed"].items():
+        lines.append(f"speed [{label:7}] prompt {s['prompt_tokens']} tok at {s['prompt_tok_s']} tok/s; "
+                     f"generated {s['output_tokens']} tok at {s['gen_tok_s']} tok/s")
+    lines.append("")
+    for mode in result["modes"]:
+        lines.append(f"{mode['mode']}: {len(mode['rounds'])} rounds, {mode['lm_calls']} LM calls, {mode['wall_seconds']} s, "
+                     f"{mode['findings']} findings, evidence ids all known: {mode['evidence_ids_all_known']}")
+        for r in mode["rounds"]:
+            lines.append(f"  round {r['round']}: prompt {r['prompt_tokens']} tok, reused {r['reused_tokens']}, "
+                         f"prompt eval {r['prompt_seconds']} s (x{r['prompt_time_vs_round1']} of round 1), "
+                         f"out {r['output_tokens']} tok in {r['generation_seconds']} s [{r['finish']}], "
+                         f"parsed first time: {r['parsed_first_time']}, new {r['new']}")
+        if mode["error"]:
+            lines.append(f"  last error: {mode['error'][:200]}")
+    lines.append("")
+    lines.append("rounds parsed first time: " + ", ".join(f"{m['mode']} {m['parsed_first_time']}" for m in result["modes"]))
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--backbone", default="local-small")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
+    parser.add_argument("--instance", default=DEFAULT_INSTANCE)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--per-round", type=int, default=2)
+    parser.add_argument("--max-tokens", type=int, default=768)
+    parser.add_argument("--speed-prompt-tokens", type=int, default=2000)
+    parser.add_argument("--out", type=Path, default=ROOT / "experiments" / "results" / "bench_backbone")
+    args = parser.parse_args(argv)
+
+    started = datetime.now(timezone.utc)
+    t0 = time.perf_counter()
+    load_start = f"{os.getloadavg()[0]:.2f}"
+    instance = load_instance(args.data, args.instance)
+    context = get_setting("repository").render_context(instance)
+    lm = get_lm(args.backbone, num_threads=args.threads, max_tokens=args.max_tokens, cache=False)
+    if not hasattr(lm, "engine") or not hasattr(lm.engine, "calls"):
+        raise SystemExit(f"{args.backbone} is not an embedded llama.cpp backbone; this bench measures local engines")
+    unconstrained = get_lm(args.backbone, num_threads=args.threads, max_tokens=args.max_tokens, cache=False,
+                           constrained=False)
+
+    result = dict(backbone=args.backbone, lm=describe_lm(lm), threads=args.threads, instance=instance.instance_id,
+                  candidates=len(instance.artifacts))
+    # ~4 characters per token for code: cut the context to about the requested prompt size.
+    result["speed"] = speed(lm, context[: args.speed_prompt_tokens * 4], gen_tokens=128)
+    result["modes"] = [
+        run_mode("ChatAdapter (unconstrained)", unconstrained, dspy.ChatAdapter(use_json_adapter_fallback=False),
+                 instance, args.rounds, args.per_round),
+        run_mode("JSONAdapter + schema grammar", lm, dspy.JSONAdapter(), instance, args.rounds, args.per_round),
+    ]
+    wall = time.perf_counter() - t0
+    text = report(result)
+    command = "python " + " ".join(shlex.quote(a) for a in [sys.argv[0], *(argv if argv is not None else sys.argv[1:])])
+    header = (f"command: {command}\ndate: {started.isoformat(timespec='seconds')}\nwall time: {wall:.0f} s\n"
+              f"machine: {platform.machine()}, {os.cpu_count()} CPUs; load average at start {load_start}, "
+              f"at end {os.getloadavg()[0]:.2f} (other processes share these CPUs)\n")
+    print(header + "\n" + text)
+    args.out.mkdir(parents=True, exist_ok=True)
+    stem = args.out / f"{args.backbone}-{started.strftime('%Y%m%dT%H%M%SZ')}"
+    stem.with_suffix(".txt").write_text(header + "\n" + text + "\n")
+    stem.with_suffix(".json").write_text(json.dumps(dict(command=command, date=started.isoformat(), wall_seconds=round(wall, 1),
+                                                         **result), indent=1, default=str))
+    print(f"\nsaved {stem}.txt and .json")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,182 @@
+"""Named backbones and how to build a `dspy.LM` for each.
+
+Settings come from arguments, else the environment (TIDE_TEMPERATURE, TIDE_MAX_TOKENS, TIDE_NUM_THREADS,
+TIDE_N_CTX, TIDE_API_BASE, TIDE_SERVED_MODEL, TIDE_CONSTRAINED), else the backbone's defaults. API keys
+are read only from the environment by the provider client (OPENAI_API_KEY, ANTHROPIC_API_KEY, ...;
+TIDE_API_KEY for an openai-compatible server) and never pass through tide-dspy's own arguments.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit, urlunsplit
+
+import dspy
+from dspy.clients.base_lm import LM_CLASS_STATE_KEY
+
+from tide_dspy.backbones.llamacpp import DEFAULT_MAX_TOKENS, DEFAULT_N_CTX, LlamaCppEngine
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+
+@dataclass(frozen=True)
+class Backbone:
+    name: str
+    kind: str  # "local" | "hosted" | "openai-compatible"
+    model: str = ""  # DSPy/LiteLLM model string (hosted) or LOCAL_MODELS key (local)
+    key_env: str = ""  # where the provider client reads the key
+    verified: bool = True  # model string found in LiteLLM's model map shipped with this environment
+    defaults: dict = field(default_factory=dict)
+    note: str = ""
+
+
+BACKBONES: dict[str, Backbone] = {b.name: b for b in (
+    Backbone("local", "local", "qwen2.5-coder-1.5b-instruct", note="Qwen2.5-Coder 1.5B, llama.cpp in-process"),
+    Backbone("local-small", "local", "qwen2.5-coder-0.5b-instruct", note="Qwen2.5-Coder 0.5B, llama.cpp in-process"),
+    # OpenAI reasoning models accept only temperature 1.0 and max_tokens >= 16000 (enforced by dspy.LM).
+    Backbone("gpt-5-mini", "hosted", "openai/gpt-5-mini", "OPENAI_API_KEY",
+             defaults=dict(temperature=1.0, max_tokens=16000)),
+    Backbone("claude-sonnet-4.5", "hosted", "anthropic/claude-sonnet-4-5", "ANTHROPIC_API_KEY"),
+    Backbone("gemini-3.5-flash", "hosted", "gemini/gemini-3.5-flash", "GEMINI_API_KEY"),
+    Backbone("qwen-3.6-flash", "hosted", "dashscope/qwen3.6-flash", "DASHSCOPE_API_KEY", verified=False,
+             note="Alibaba Model Studio id assumed; not in LiteLLM's model map here, so unverified"),
+    # hosted_vllm/ sends max_tokens (openai/ sends max_completion_tokens, which llama.cpp's server ignores).
+    Backbone("openai-compatible", "openai-compatible", "hosted_vllm", "TIDE_API_KEY",
+             note="vLLM or `python -m llama_cpp.server`; needs --api-base / TIDE_API_BASE"),
+)}
+
+DEFAULT_BACKBONE = "local"
+
+
+def _env(name: str, cast):
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return None
+    try:
+        return cast(raw)
+    except ValueError:
+        raise ValueError(f"environment variable {name}={raw!r} is not a valid {cast.__name__}") from None
+
+
+def _flag(raw: str) -> bool:
+    value = raw.strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(raw)
+
+
+_flag.__name__ = "boolean (1/0, true/false)"
+
+
+def _pick(arg, env_name: str, cast, default):
+    if arg is not None:
+        return arg
+    value = _env(env_name, cast)
+    return default if value is None else value
+
+
+def default_threads() -> int:
+    try:
+        return max(1, min(len(os.sched_getaffinity(0)), 8))
+    except AttributeError:  # not on Linux
+        return max(1, min(os.cpu_count() or 1, 8))
+
+
+def resolve(name: str | None) -> Backbone:
+    """The registered backbone for `name`; a raw DSPy model string ("provider/model") becomes an ad-hoc one."""
+    name = name or DEFAULT_BACKBONE
+    if name in BACKBONES:
+        return BACKBONES[name]
+    if "/" in name:
+        return Backbone(name, "hosted", name, verified=False, note="raw DSPy model string")
+    raise ValueError(f"unknown backbone {name!r}: choose one of {', '.join(BACKBONES)}, "
+                     "or pass a DSPy model string such as 'openai/gpt-4o-mini'")
+
+
+def get_lm(name: str = DEFAULT_BACKBONE, *, api_base: str | None = None, temperature: float | None = None,
+           max_tokens: int | None = None, num_threads: int | None = None, **kw) -> dspy.LM:
+    """A `dspy.LM` for a backbone name or raw DSPy model string.
+
+    Extra keywords: n_ctx, constrained, seed (local); model (the served model name, openai-compatible);
+    anything else goes to `dspy.LM` (e.g. cache=False, num_retries=...). Keys are refused: set them in
+    the environment.
+    """
+    secret_args = sorted(k for k in kw if re.search(r"api_?key|token$|secret|password", k, re.I))
+    if secret_args:
+        raise ValueError(f"get_lm does not take credentials ({', '.join(secret_args)}); set the provider's "
+                         "environment variable instead (e.g. OPENAI_API_KEY, or TIDE_API_KEY for openai-compatible)")
+    backbone = resolve(name)
+    api_base = _pick(api_base, "TIDE_API_BASE", str, None)
+    if api_base and urlsplit(api_base).password:
+        raise ValueError("api_base must not carry credentials (user:password@host); "
+                         f"put the server's key in {BACKBONES['openai-compatible'].key_env} instead")
+    temperature = _pick(temperature, "TIDE_TEMPERATURE", float, backbone.defaults.get("temperature"))
+    max_tokens = _pick(max_tokens, "TIDE_MAX_TOKENS", int, backbone.defaults.get("max_tokens"))
+
+    if backbone.kind == "local":
+        engine = LlamaCppEngine(
+            backbone.model,
+            n_ctx=_pick(kw.pop("n_ctx", None), "TIDE_N_CTX", int, DEFAULT_N_CTX),
+            n_threads=_pick(num_threads, "TIDE_NUM_THREADS", int, default_threads()),
+            max_tokens=max_tokens or DEFAULT_MAX_TOKENS,
+            temperature=0.0 if temperature is None else temperature,
+            seed=kw.pop("seed", 0),
+            constrained=_pick(kw.pop("constrained", None), "TIDE_CONSTRAINED", _flag, True),
+        )
+        lm = dspy.LM(engine.spec.dspy_model, engine=engine, temperature=engine.temperature,
+                     max_tokens=engine.max_tokens, **kw)
+    elif backbone.kind == "openai-compatible":
+        if not api_base:
+            raise ValueError("backbone 'openai-compatible' needs a server address: pass --api-base / api_base= "
+                             "or set TIDE_API_BASE (e.g. http://localhost:8000/v1)")
+        served = kw.pop("model", None) or os.environ.get("TIDE_SERVED_MODEL") or "default"
+        key = os.environ.get(backbone.key_env)
+        lm = dspy.LM(f"{backbone.model}/{served}", api_base=api_base, temperature=temperature,
+                     max_tokens=max_tokens or DEFAULT_MAX_TOKENS, **({"api_key": key} if key else {}), **kw)
+    else:
+        lm = dspy.LM(backbone.model, temperature=temperature, max_tokens=max_tokens,
+                     **({"api_base": api_base} if api_base else {}), **kw)
+    lm.tide_backbone = backbone.name
+    return lm
+
+
+_SECRET_KEY = re.compile(r"api_?key|secret|password|token|auth|credential|header|cookie", re.I)
+_SAFE_SUFFIXES = ("max_tokens", "max_completion_tokens")
+
+
+def _strip_userinfo(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.username or parts.password:
+        host = parts.hostname or ""
+        return urlunsplit((parts.scheme, host + (f":{parts.port}" if parts.port else ""), parts.path, parts.query, ""))
+    return url
+
+
+def _clean(value):
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items() if str(k).endswith(_SAFE_SUFFIXES) or not _SECRET_KEY.search(str(k))}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    if isinstance(value, str) and "://" in value:
+        return _strip_userinfo(value)
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return repr(value)
+
+
+def describe_lm(lm) -> dict:
+    """Secret-free parameters of an LM, for logs, MLflow params and saved configs."""
+    state = lm.dump_state() if hasattr(lm, "dump_state") else {"model": getattr(lm, "model", repr(lm))}
+    engine = state.pop("engine", None)
+    info = {"backbone": getattr(lm, "tide_backbone", None), **state}
+    if isinstance(engine, dict):
+        info["engine"] = engine.get("class")
+        info.update({f"engine_{k}": v for k, v in (engine.get("state") or {}).items()})
+    elif isinstance(engine, str):
+        info["engine"] = engine
+    info = _clean(info)
+    return {k: v for k, v in info.items() if v not in (None, {}, []) and k != LM_CLASS_STATE_KEY}
