@@ -14,6 +14,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from tide_dspy.settings import patch_paths
+
 APPLIES = "applies"
 DOES_NOT_APPLY = "does not apply"
 NO_PATCH = "no patch"
@@ -53,6 +55,8 @@ class PatchChecker:
     def check(self, patch: str | None) -> PatchCheck:
         if not patch or not patch.strip():
             return PatchCheck(NO_PATCH, "the finding carries no patch")
+        if not patch_paths(patch):
+            return PatchCheck(DOES_NOT_APPLY, "not a unified diff (no 'diff --git a/... b/...' header with an @@ hunk)")
         text = patch if patch.endswith("\n") else patch + "\n"
         with tempfile.NamedTemporaryFile("w", suffix=".diff", delete=False, encoding="utf-8") as f:
             f.write(text)
