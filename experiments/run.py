@@ -61,6 +61,12 @@ def template_library(args, source_backbone: str | None = None) -> TemplateLibrar
     return TemplateLibrary.load(path)
 
 
+def raw_name(method: str, rounds: int, args) -> str:
+    """Runs with the default T share one raw folder, so table1, steps, budget and rounds reuse each other's calls."""
+    default = args.rounds or PAPER_ROUNDS[args.setting][0]
+    return method if rounds == default else f"{method}-T{rounds}"
+
+
 def make_program(method: str, args, templates: TemplateLibrary | None = None, rounds: int | None = None):
     T, k = rounds or args.rounds or PAPER_ROUNDS[args.setting][0], args.per_round or PAPER_ROUNDS[args.setting][1]
     if method in ("tide", "iter"):
@@ -182,7 +188,7 @@ def steps(args, instances, out, lm, judge) -> dict:
 def budget(args, instances, out, lm, judge) -> dict:
     templates = template_library(args)
     T = max(args.budgets)
-    plan = {f"tide-T{T}": make_program("tide", args, templates, rounds=T), f"multi-T{T}": make_program("multi", args, rounds=T)}
+    plan = {raw_name(m, T, args): make_program(m, args, templates, rounds=T) for m in ("tide", "multi")}
     raw = run_raw(args, plan, instances, out, lm, judge)
     by_id = {i.instance_id: i for i in instances}
     records = []
