@@ -165,8 +165,9 @@ class DiscoveryProgram(dspy.Module):
         for attempt in range(self.max_retries + 1):
             config = {}
             if rollout is not None or attempt:
-                # A retry must not hit the cache entry of the output that just failed to parse.
-                config["rollout_id"] = (rollout or 0) * 100 + attempt
+                # A retry must not hit the cache entry of the output that just failed to parse, and a local
+                # sampler with a fixed seed would repeat it: both get a per-rollout value.
+                config["rollout_id"] = config["seed"] = (rollout or 0) * 100 + attempt
                 config["temperature"] = temperature if temperature is not None else (0.7 if attempt else None)
                 config = {k: v for k, v in config.items() if v is not None}
             try:
