@@ -1,6 +1,6 @@
 """End to end on the embedded backbone: TIDE with the 0.5B model, 2 rounds, on a small repository instance.
 
-Runs real llama.cpp inference (a few minutes on 2 cores). Deselect with `-m "not local"`.
+Runs real llama.cpp inference (about a minute on 2 free cores). Deselect with `-m "not local"`.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 
 from tide_dspy.backbones import get_lm
 from tide_dspy.backbones.weights import LOCAL_MODELS, WeightsError, assemble
-from tide_dspy.discovery import TIDE
+from tide_dspy.discovery import TIDE, DiscoveryState
 
 pytestmark = [
     pytest.mark.local,
@@ -27,20 +27,26 @@ def small_lm():
         assemble(LOCAL_MODELS["qwen2.5-coder-0.5b-instruct"])
     except WeightsError as exc:
         pytest.skip(f"0.5B weights unavailable: {exc}")
-    return get_lm("local-small", max_tokens=512, n_ctx=8192, cache=False)
+    return get_lm("local-small", max_tokens=384, n_ctx=8192, num_threads=2, cache=False)
 
 
 def test_tide_on_local_small_returns_findings_with_known_evidence(small_lm, repository_instance):
     program = TIDE("repository", max_rounds=2, per_round=2, max_retries=1)
+    known = set(repository_instance.artifact_ids)
     with dspy.context(lm=small_lm, adapter=dspy.JSONAdapter()):
         pred = program(repository_instance)
+        rounds = list(pred.rounds)
+        if len(rounds) == 1:
+            # TIDE stops after a round with nothing new (the 0.5B often answers []); run its second round
+            # anyway, on the same state, so the round-2 path and the prefix reuse are exercised.
+            _, record = program.run_round(repository_instance, DiscoveryState(tuple(pred.findings)), 2,
+                                          program.per_round)
+            rounds.append(record)
 
-    assert 1 <= len(pred.rounds) <= 2
-    assert all(r.lm_calls >= 1 and r.input_tokens for r in pred.rounds)
-    assert not all(r.failed for r in pred.rounds), [r.error for r in pred.rounds]
-    known = set(repository_instance.artifact_ids)
+    assert [r.round for r in rounds] == [1, 2]
+    assert all(r.lm_calls >= 1 and r.input_tokens for r in rounds)
+    assert not any(r.failed for r in rounds), [r.error for r in rounds]  # the schema grammar makes JSON parse
     assert all(e in known for f in pred.findings for e in f.evidence)
-    # The second round reused the first round's prompt prefix from llama.cpp's KV cache.
-    if len(pred.rounds) == 2:
-        firsts = small_lm.engine.calls
-        assert max(c.reused_tokens for c in firsts[1:]) > 0.5 * firsts[0].prompt_tokens
+    calls = small_lm.engine.calls
+    # Round 2 re-evaluated only the tail after the static context: most of its prompt came from the KV cache.
+    assert calls[-1].reused_tokens > 0.8 * calls[-1].prompt_tokens
