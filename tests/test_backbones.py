@@ -10,7 +10,7 @@ import dspy
 import pytest
 from dspy.lm15 import Config, Message, Request
 
-from tide_dspy.backbones import BACKBONES, describe_lm, get_lm, resolve
+from tide_dspy.backbones import BACKBONES, adapter_for, describe_lm, get_lm, resolve
 from tide_dspy.backbones import weights
 from tide_dspy.backbones.llamacpp import LlamaCppEngine
 from tide_dspy.discovery import TIDE
@@ -93,6 +93,12 @@ def test_settings_come_from_env_and_arguments_win(monkeypatch):
     engine = get_lm("local-small", temperature=0.9, max_tokens=64, num_threads=1, n_ctx=2048, constrained=True).engine
     assert (engine.temperature, engine.max_tokens, engine.n_threads, engine.n_ctx, engine.constrained) == (
         0.9, 64, 1, 2048, True)
+
+
+def test_adapter_for_prefers_the_schema_grammar_on_the_embedded_engine():
+    assert isinstance(adapter_for(get_lm("local-small")), dspy.JSONAdapter)
+    assert adapter_for(get_lm("local-small", constrained=False)) is None
+    assert adapter_for(get_lm("gpt-5-mini")) is None
 
 
 def test_bad_env_value_names_the_variable(monkeypatch):

@@ -1,5 +1,13 @@
 """Backbones: named DSPy LMs (hosted, openai-compatible servers) and the embedded llama.cpp default."""
 
-from tide_dspy.backbones.registry import BACKBONES, DEFAULT_BACKBONE, Backbone, describe_lm, get_lm, resolve
+from tide_dspy.backbones.registry import (
+    BACKBONES,
+    DEFAULT_BACKBONE,
+    Backbone,
+    adapter_for,
+    describe_lm,
+    get_lm,
+    resolve,
+)
 
-__all__ = ["BACKBONES", "DEFAULT_BACKBONE", "Backbone", "describe_lm", "get_lm", "resolve"]
+__all__ = ["BACKBONES", "DEFAULT_BACKBONE", "Backbone", "adapter_for", "describe_lm", "get_lm", "resolve"]
