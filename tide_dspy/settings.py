@@ -69,23 +69,46 @@ class Setting:
     distill_signature: ClassVar[type[dspy.Signature]]
     draft_type: ClassVar[type]
 
+    @staticmethod
+    def render_artifact(artifact) -> str:
+        raise NotImplementedError
+
     def round_inputs(self, instance: Instance, guidance: str, found: list[Finding], max_new: int) -> dict:
         raise NotImplementedError
 
-    def render_context(self, instance: Instance) -> str:
-        raise NotImplementedError
-
-    def clean(self, draft: Any, instance: Instance, round_no: int) -> tuple[Finding, Hygiene]:
+    def resolution(self, draft: Any, instance: Instance) -> tuple[dict, list[str]]:
+        """The finding's action or patch fields, and the flags that checking them raised."""
         raise NotImplementedError
 
     def solved_case(self, instance: Instance, problem: GoldProblem) -> dict[str, str]:
         """The inputs of the distillation signature for one solved problem."""
         raise NotImplementedError
 
-    def _keep_known_ids(self, ids: list[str], instance: Instance) -> tuple[list[str], int]:
+    def render_context(self, instance: Instance) -> str:
+        return "\n\n".join(self.render_artifact(a) for a in instance.artifacts)
+
+    def render_evidence(self, instance: Instance, problem: GoldProblem) -> str:
+        by_id = {a.id: a for a in instance.artifacts}
+        return "\n\n".join(self.render_artifact(by_id[e]) for e in problem.evidence)
+
+    def clean(self, draft: Any, instance: Instance, round_no: int) -> tuple[Finding, Hygiene]:
+        """Drop evidence ids the instance lacks (counted) and flag what the setting's checks reject."""
         known = instance.artifact_ids
-        kept = list(dict.fromkeys(i.strip() for i in ids if i.strip() in known))
-        return kept, len(ids) - len(kept)
+        evidence = list(dict.fromkeys(i.strip() for i in draft.evidence_ids if i.strip() in known))
+        dropped = len(draft.evidence_ids) - len(evidence)
+        fields, flags = self.resolution(draft, instance)
+        if not evidence:
+            flags.append("no_valid_evidence")
+        finding = Finding(
+            description=draft.description.strip(),
+            evidence=evidence,
+            used_template_id=draft.used_template_id.strip(),
+            why=draft.why.strip(),
+            round=round_no,
+            flags=flags,
+            **fields,
+        )
+        return finding, Hygiene(dropped, tuple(flags))
 
     def render_demo(self, instance: Instance, problem: GoldProblem) -> str:
         """A raw solved example, used in place of templates by the Iter + Demos ablation."""
@@ -115,9 +138,6 @@ class WorkspaceSetting(Setting):
             )
         return f"### {a.id} (document, {a.created_at})\nTitle: {p.get('title', '')}\n{p.get('content', '')}"
 
-    def render_context(self, instance: Instance) -> str:
-        return "\n\n".join(self.render_artifact(a) for a in instance.artifacts)
-
     @staticmethod
     def render_profile(instance: Instance) -> str:
         return json.dumps(instance.profile or {}, ensure_ascii=False, indent=1)
@@ -142,36 +162,19 @@ class WorkspaceSetting(Setting):
             already_found=render_found(found),
         )
 
-    def clean(self, draft: WorkspaceFindingDraft, instance, round_no):
-        evidence, dropped = self._keep_known_ids(draft.evidence_ids, instance)
+    def resolution(self, draft: WorkspaceFindingDraft, instance):
         flags = []
         library_action = instance.action(draft.action_id.strip())
         if library_action is None:
             flags.append("action_not_in_library")
-        else:
-            missing = [k for k in library_action.required_parameters if k not in draft.parameters]
-            if missing:
-                flags.append("missing_parameters")
-        if not evidence:
-            flags.append("no_valid_evidence")
-        finding = Finding(
-            description=draft.description.strip(),
-            evidence=evidence,
-            action=ChosenAction(
-                action_id=draft.action_id.strip(),
-                type=library_action.type if library_action else "",
-                parameters=dict(draft.parameters),
-            ),
-            used_template_id=draft.used_template_id.strip(),
-            why=draft.why.strip(),
-            round=round_no,
-            flags=flags,
-        )
-        return finding, Hygiene(dropped, tuple(flags))
+        elif any(k not in draft.parameters for k in library_action.required_parameters):
+            flags.append("missing_parameters")
+        action = ChosenAction(action_id=draft.action_id.strip(), type=library_action.type if library_action else "",
+                              parameters=dict(draft.parameters))
+        return {"action": action}, flags
 
     def solved_case(self, instance, problem):
-        by_id = {a.id: a for a in instance.artifacts}
-        context = "\n\n".join(self.render_artifact(by_id[e]) for e in problem.evidence)
+        context = self.render_evidence(instance, problem)
         action = problem.action
         library_action = instance.action(action.action_id) if action else None
         resolution = (
@@ -193,9 +196,6 @@ class RepositorySetting(Setting):
         p = a.payload
         return f"### {a.id} ({p.get('path')} lines {p.get('start_line')}-{p.get('end_line')})\n{p.get('code', '')}"
 
-    def render_context(self, instance: Instance) -> str:
-        return "\n\n".join(self.render_artifact(a) for a in instance.artifacts)
-
     def round_inputs(self, instance, guidance, found, max_new):
         return dict(
             context=self.render_context(instance),
@@ -204,28 +204,12 @@ class RepositorySetting(Setting):
             already_found=render_found(found),
         )
 
-    def clean(self, draft: CodeFindingDraft, instance, round_no):
-        evidence, dropped = self._keep_known_ids(draft.evidence_ids, instance)
-        flags = []
-        if not patch_paths(draft.patch):
-            flags.append("patch_unparseable")
-        if not evidence:
-            flags.append("no_valid_evidence")
-        finding = Finding(
-            description=draft.description.strip(),
-            evidence=evidence,
-            patch=draft.patch,
-            used_template_id=draft.used_template_id.strip(),
-            why=draft.why.strip(),
-            round=round_no,
-            flags=flags,
-        )
-        return finding, Hygiene(dropped, tuple(flags))
+    def resolution(self, draft: CodeFindingDraft, instance):
+        return {"patch": draft.patch}, ([] if patch_paths(draft.patch) else ["patch_unparseable"])
 
     def solved_case(self, instance, problem):
-        by_id = {a.id: a for a in instance.artifacts}
-        context = "\n\n".join(self.render_artifact(by_id[e]) for e in problem.evidence)
-        return dict(case_context=context, problem=problem.description, resolution=problem.patch or "")
+        return dict(case_context=self.render_evidence(instance, problem), problem=problem.description,
+                    resolution=problem.patch or "")
 
 
 SETTINGS: dict[str, Setting] = {"workspace": WorkspaceSetting(), "repository": RepositorySetting()}
