@@ -18,9 +18,10 @@ class WorkspaceRound(dspy.Signature):
     """You are reading a person's workspace (emails, documents, calendar entries) to find problems nobody
     has asked about yet: something that will block them or others unless someone acts. A real problem only
     shows when several artifacts are read together. Use the templates as patterns of what to look for.
-    Report only problems that are NOT already in `already_found`, at most `max_new`, and nothing if no
-    new problem is left. Cite the exact artifact ids, and resolve each problem with exactly one action
-    from the action library, filling its required parameters with concrete values."""
+    Report the `max_new` most likely problems that are NOT already in `already_found`; return an empty
+    list only when every problem you can see is already there. Cite the exact artifact ids, and resolve
+    each problem with exactly one action from the action library, filling its required parameters with
+    concrete values."""
 
     profile: str = dspy.InputField(desc="who the person is: role, relationships, priorities, today's date")
     context: str = dspy.InputField(desc="the workspace artifacts, each headed by its id")
@@ -28,21 +29,22 @@ class WorkspaceRound(dspy.Signature):
     templates: str = dspy.InputField(desc="thought templates (or solved examples) describing problem patterns")
     max_new: int = dspy.InputField(desc="the most new problems to report in this answer")
     already_found: str = dspy.InputField(desc="problems reported in earlier rounds; do not repeat them")
-    findings: list[WorkspaceFindingDraft] = dspy.OutputField(desc="new problems, possibly none")
+    findings: list[WorkspaceFindingDraft] = dspy.OutputField(desc="up to max_new new problems")
 
 
 class RepositoryRound(dspy.Signature):
     """You are reviewing candidate functions of a Python repository to find bugs nobody has reported yet.
     A bug may span several functions. Use the templates as patterns of what to look for; a bug that fits
-    no template is allowed (leave used_template_id empty). Report only bugs that are NOT already in
-    `already_found`, at most `max_new`, and nothing if no new bug is left. Cite the exact candidate ids
-    (path::Qualname), and fix each bug with a minimal unified diff against the shown code."""
+    no template is allowed (leave used_template_id empty). Report the `max_new` most likely bugs that are
+    NOT already in `already_found`; return an empty list only when every bug you can see is already there.
+    Cite the exact candidate ids (path::Qualname), and fix each bug with a minimal unified diff against the
+    shown code."""
 
     context: str = dspy.InputField(desc="candidate functions, each headed by its id, path and line numbers")
     templates: str = dspy.InputField(desc="thought templates (or solved examples) describing bug patterns")
     max_new: int = dspy.InputField(desc="the most new bugs to report in this answer")
     already_found: str = dspy.InputField(desc="bugs reported in earlier rounds; do not repeat them")
-    findings: list[CodeFindingDraft] = dspy.OutputField(desc="new bugs, possibly none")
+    findings: list[CodeFindingDraft] = dspy.OutputField(desc="up to max_new new bugs")
 
 
 # ---- template distillation ----
