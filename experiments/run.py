@@ -23,7 +23,7 @@ from pathlib import Path
 import dspy
 
 from tide_dspy import analysis
-from tide_dspy.backbones import describe_lm, get_lm
+from tide_dspy.backbones import adapter_for, describe_lm, get_lm
 from tide_dspy.cli.common import add_lm_options
 from tide_dspy.data import load_instances
 from tide_dspy.evaluation import data_path, evaluate, read_rows, select_instances
@@ -325,7 +325,7 @@ def main(argv=None) -> int:
         with tracked_run(f"experiment-{name}", setting=args.setting, backbone=args.backbone, params=params):
             import mlflow
 
-            with dspy.context(lm=lm):
+            with dspy.context(lm=lm, adapter=adapter_for(lm)):
                 metrics = EXPERIMENTS[name](args, instances, out, lm, judge)
             write_meta(out / f"meta-{name}.json", lm, judge, started, {"experiment": name,
                                                                        "instances": [i.instance_id for i in instances]})

@@ -215,7 +215,7 @@ def distill_library(
                 templates.append(Template(
                     id=template_id(setting, len(templates) + 1, len(cases)),
                     name=draft.name.strip(), pattern=draft.pattern.strip(),
-                    evidence_flow=[s.strip() for s in draft.evidence_flow if s.strip()],
+                    evidence_flow=list(dict.fromkeys(s.strip() for s in draft.evidence_flow if s.strip())),
                     setting=setting, source_case=problem.problem_id,
                 ))
             bar.set_postfix(ok=len(templates), failed=len(failures))

@@ -4,15 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from tide_dspy.cli.common import add_lm_options
-
-
-def lm_from_args(args: argparse.Namespace):
-    """The LM the command runs on. Tests replace this function to inject a DummyLM."""
-    from tide_dspy.backbones import get_lm
-
-    return get_lm(args.backbone, api_base=args.api_base, temperature=args.temperature,
-                  max_tokens=args.max_tokens, num_threads=args.threads)
+from tide_dspy.cli.common import add_lm_options, lm_from_args
 
 
 def _add_run_options(parser: argparse.ArgumentParser) -> None:

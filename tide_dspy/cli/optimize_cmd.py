@@ -13,15 +13,13 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from tide_dspy.cli.common import add_lm_options
+from tide_dspy.cli.common import add_lm_options, lm_from_args
 
 SETTINGS = ("workspace", "repository")
 
 
 def make_lm(args: argparse.Namespace):
     """The backbone LM. Tests replace this function to inject a DummyLM."""
-    from tide_dspy.cli.discover_cmd import lm_from_args
-
     return lm_from_args(args)
 
 

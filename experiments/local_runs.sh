@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# The real runs committed under programs/ and experiments/results/, in the order they were made, on the embedded
+# 0.5B backbone (2 CPU threads). Every step resumes: rerun the script after a crash and finished work is kept.
+#   bash experiments/local_runs.sh [STEP ...]      # steps: distill table1-ws table1-repo compile budget-repo
+set -uo pipefail
+cd "$(dirname "$0")/.."
+B="${TIDE_BACKBONE:-local-small}"
+LOG=experiments/results/logs
+mkdir -p "$LOG"
+export MLFLOW_TRACKING_URI="${MLFLOW_TRACKING_URI:-sqlite:///mlflow.db}"
+REPO_SUBSET=(--max-context-tokens 12000)
+
+step() {  # name, command...
+  local name=$1; shift
+  echo "== $name: $* ($(date -u +%FT%TZ))" | tee -a "$LOG/$name.log"
+  local t0=$SECONDS
+  "$@" 2>&1 | tee -a "$LOG/$name.log"
+  echo "== $name: exit ${PIPESTATUS[0]} after $((SECONDS - t0)) s" | tee -a "$LOG/$name.log"
+}
+
+run() {
+  case $1 in
+    distill)
+      step distill-workspace tide distill --setting workspace --backbone "$B" --max-tokens 400
+      step distill-repository tide distill --setting repository --backbone "$B" --max-context-tokens 8500 --max-tokens 400 ;;
+    table1-ws)
+      step table1-workspace python experiments/run.py table1 --setting workspace --backbone "$B" --judge proxy
+      for e in steps budget instances; do
+        step "$e-workspace" python experiments/run.py "$e" --setting workspace --backbone "$B" --judge proxy
+      done ;;
+    table1-repo)
+      for e in table1 steps rounds instances; do
+        step "$e-repository" python experiments/run.py "$e" --setting repository --backbone "$B" --judge proxy "${REPO_SUBSET[@]}"
+      done ;;
+    compile)
+      step compile-repository tide compile --setting repository --backbone "$B" --optimizer copro \
+        --metric retrieval-f1 --max-context-tokens 8500 --rounds 2 --opt init.breadth=2 --opt init.depth=1 ;;
+    budget-repo)
+      step budget-repository python experiments/run.py budget --setting repository --backbone "$B" --judge proxy "${REPO_SUBSET[@]}" ;;
+    *) echo "unknown step $1" >&2; return 2 ;;
+  esac
+}
+
+steps=("$@")
+[[ ${#steps[@]} -gt 0 ]] || steps=(distill table1-ws table1-repo compile budget-repo)
+for s in "${steps[@]}"; do run "$s"; done
