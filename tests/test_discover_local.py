@@ -29,8 +29,9 @@ def local_small_weights():
 def test_discover_sample_repo_on_the_embedded_model(local_small_weights, tmp_path, capsys):
     sources = {p: p.read_text() for p in SAMPLE_REPO.rglob("*.py")}
     out = tmp_path / "report"
+    # --max-tokens bounds each answer, so the test's time is bounded on a slow or shared CPU.
     rc = main(["discover", "repo", str(SAMPLE_REPO), "--backbone", "local-small", "--rounds", "2",
-               "--out", str(out)])
+               "--max-tokens", "384", "--out", str(out)])
     printed = capsys.readouterr().out
     print(printed)  # visible with -s: the progress lines and the summary
     assert rc == 0
