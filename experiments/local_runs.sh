@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The real runs committed under programs/ and experiments/results/, in the order they were made, on the embedded
 # 0.5B backbone (2 CPU threads). Every step resumes: rerun the script after a crash and finished work is kept.
-#   bash experiments/local_runs.sh [STEP ...]      # steps: distill table1-ws table1-repo compile budget-repo
+#   bash experiments/local_runs.sh [STEP ...]      # steps: distill-ws distill-repo table1-ws table1-repo compile discover tune-evaluate budget-repo
 set -uo pipefail
 cd "$(dirname "$0")/.."
 B="${TIDE_BACKBONE:-local-small}"
@@ -20,8 +20,9 @@ step() {  # name, command...
 
 run() {
   case $1 in
-    distill)
-      step distill-workspace tide distill --setting workspace --backbone "$B" --max-tokens 400
+    distill-ws)
+      step distill-workspace tide distill --setting workspace --backbone "$B" --max-tokens 400 ;;
+    distill-repo)
       step distill-repository tide distill --setting repository --backbone "$B" --max-context-tokens 8500 --max-tokens 400 ;;
     table1-ws)
       step table1-workspace python experiments/run.py table1 --setting workspace --backbone "$B" --judge proxy
@@ -34,7 +35,18 @@ run() {
       done ;;
     compile)
       step compile-repository tide compile --setting repository --backbone "$B" --optimizer copro \
-        --metric retrieval-f1 --max-context-tokens 8500 --rounds 2 --opt init.breadth=2 --opt init.depth=1 ;;
+        --metric retrieval-f1 --max-context-tokens 5000 --rounds 2 --opt init.breadth=2 --opt init.depth=1 ;;
+    discover)
+      step discover-repo tide discover repo examples/sample_repo --backbone "$B" --rounds 2 --max-tokens 512 \
+        --out experiments/results/discover-sample-repo
+      step discover-workspace tide discover workspace examples/sample_workspace --profile examples/workspace_profile.yaml \
+        --actions examples/workspace_actions.yaml --backbone "$B" --rounds 2 --max-tokens 512 \
+        --out experiments/results/discover-sample-workspace ;;
+    tune-evaluate)
+      step tune-repository tide tune --setting repository --backbone "$B" --trials 2 --max-context-tokens 5000
+      step evaluate-repository tide evaluate --program "programs/repository/$B/tide.json" --setting repository \
+        --backbone "$B" --judge proxy --split test --max-context-tokens 12000 --limit 1 \
+        --out experiments/results/evaluate-repository-compiled ;;
     budget-repo)
       step budget-repository python experiments/run.py budget --setting repository --backbone "$B" --judge proxy "${REPO_SUBSET[@]}" ;;
     *) echo "unknown step $1" >&2; return 2 ;;
@@ -42,5 +54,5 @@ run() {
 }
 
 steps=("$@")
-[[ ${#steps[@]} -gt 0 ]] || steps=(distill table1-ws table1-repo compile budget-repo)
+[[ ${#steps[@]} -gt 0 ]] || steps=(distill-ws distill-repo table1-ws table1-repo compile discover tune-evaluate budget-repo)
 for s in "${steps[@]}"; do run "$s"; done
