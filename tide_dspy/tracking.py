@@ -18,24 +18,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from tide_dspy.backbones.registry import scrub_secrets
+
 log = logging.getLogger(__name__)
 
 DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
 EXPERIMENT = "tide-dspy"
 MODEL_TYPE = "tide-dspy-json-state"
 PARAM_MAX_CHARS = 6000
-_SECRET = re.compile(r"api_?key|secret|password|authorization|bearer|credential|cookie", re.I)
-
-
-def scrub_secrets(value):
-    """Drop secret-looking keys at any depth (they never belong in params, artifacts or saved programs)."""
-    if isinstance(value, dict):
-        return {k: scrub_secrets(v) for k, v in value.items() if not _SECRET.search(str(k))}
-    if isinstance(value, list):
-        return [scrub_secrets(v) for v in value]
-    return value
-
-
 def configure_tracking(uri: str | None = None) -> str:
     import mlflow
 

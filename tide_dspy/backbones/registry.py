@@ -145,7 +145,7 @@ def get_lm(name: str = DEFAULT_BACKBONE, *, api_base: str | None = None, tempera
 
 
 _SECRET_KEY = re.compile(r"api_?key|secret|password|token|auth|credential|header|cookie", re.I)
-_SAFE_SUFFIXES = ("max_tokens", "max_completion_tokens")
+_SAFE_SUFFIXES = ("_tokens",)  # token counts and limits, not credentials
 
 
 def _strip_userinfo(url: str) -> str:
@@ -156,11 +156,12 @@ def _strip_userinfo(url: str) -> str:
     return url
 
 
-def _clean(value):
+def scrub_secrets(value):
+    """Drop secret-looking keys at any depth and user:password from URLs: nothing secret is logged or saved."""
     if isinstance(value, dict):
-        return {k: _clean(v) for k, v in value.items() if str(k).endswith(_SAFE_SUFFIXES) or not _SECRET_KEY.search(str(k))}
+        return {k: scrub_secrets(v) for k, v in value.items() if str(k).endswith(_SAFE_SUFFIXES) or not _SECRET_KEY.search(str(k))}
     if isinstance(value, (list, tuple)):
-        return [_clean(v) for v in value]
+        return [scrub_secrets(v) for v in value]
     if isinstance(value, str) and "://" in value:
         return _strip_userinfo(value)
     if value is None or isinstance(value, (bool, int, float, str)):
@@ -178,7 +179,7 @@ def describe_lm(lm) -> dict:
         info.update({f"engine_{k}": v for k, v in (engine.get("state") or {}).items()})
     elif isinstance(engine, str):
         info["engine"] = engine
-    info = _clean(info)
+    info = scrub_secrets(info)
     return {k: v for k, v in info.items() if v not in (None, {}, []) and k != LM_CLASS_STATE_KEY}
 
 
