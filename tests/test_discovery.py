@@ -212,3 +212,34 @@ def test_programs_accept_the_instance_as_a_keyword(workspace_instance):
     with dspy.context(lm=lm):
         out = SingleAgent("workspace")(instance=workspace_instance)
     assert out.findings == [] and len(lm.history) == 1
+
+
+class _FailingPredictor:
+    """Stands in for the round predictor: raises what an LM client raises for an oversized prompt."""
+
+    lm = None
+
+    def __init__(self, exc):
+        self.exc, self.calls = exc, 0
+
+    def __call__(self, **kwargs):
+        self.calls += 1
+        raise self.exc
+
+
+def test_a_failure_that_a_retry_cannot_fix_is_recorded_once_and_stops_the_run(workspace_instance):
+    program = TIDE("workspace", max_rounds=5, max_retries=2)
+    program.discover = _FailingPredictor(ValueError("prompt of 40000 tokens exceeds n_ctx=32768"))
+    with dspy.context(lm=DummyLM([])):
+        out = program(workspace_instance)
+    assert program.discover.calls == 1
+    assert len(out.rounds) == 1 and out.rounds[0].aborted and out.rounds[0].parse_failures == 0
+    assert "exceeds n_ctx" in out.rounds[0].error
+
+
+def test_a_predictor_level_lm_is_used_and_counted(workspace_instance):
+    program = SingleAgent("workspace")
+    lm = DummyLM([{"findings": [ws_draft(workspace_instance, 0)]}])
+    program.set_lm(lm)
+    out = program(workspace_instance)  # no global LM configured
+    assert len(out.findings) == 1 and out.rounds[0].lm_calls == 1

@@ -11,6 +11,7 @@ import time
 from dataclasses import dataclass, field
 
 import dspy
+from dspy.utils.exceptions import AdapterParseError
 from rapidfuzz import fuzz
 
 from tide_dspy.schemas import Finding, Instance, RoundRecord, Template
@@ -56,6 +57,17 @@ class CallOutcome:
     output_tokens: int | None = None
     parse_failures: int = 0
     error: str | None = None
+    aborted: bool = False
+
+
+def _entries_after(history: list[dict], mark: str | None) -> list[dict]:
+    """History entries newer than the entry with uuid `mark` (robust to the history's size cap)."""
+    if mark is None:
+        return list(history)
+    for i in range(len(history) - 1, -1, -1):
+        if history[i].get("uuid") == mark:
+            return history[i + 1:]
+    return list(history)
 
 
 def _usage_tokens(entries: list[dict]) -> tuple[int | None, int | None]:
@@ -155,19 +167,24 @@ class DiscoveryProgram(dspy.Module):
 
     def call_round(self, instance: Instance, found: list[Finding], max_new: int, rollout: int | None = None,
                    temperature: float | None = None) -> CallOutcome:
-        """One predictor call with a bounded retry on unparseable output. Never raises for LM output."""
+        """One predictor call with a bounded retry on unparseable output.
+
+        Unparseable output is retried; any other failure (context window, auth, provider) is recorded without a
+        retry and marks the outcome `aborted`. Never raises for what the LM does."""
         inputs = self.setting.round_inputs(instance, self.guidance_text(), found, max_new)
         out = CallOutcome()
-        lm = dspy.settings.lm
+        lm = self.discover.lm or dspy.settings.lm
         if lm is None:
             raise RuntimeError("no LM configured: use dspy.context(lm=...) or tide_dspy.backbones.get_lm(...)")
-        start = len(lm.history)
+        mark = lm.history[-1]["uuid"] if lm.history else None
+        # Repeats of a whole run (an LM copied with another rollout_id) must not replay this run's samples.
+        base = int(lm.kwargs.get("rollout_id") or 0) * 10_000
         for attempt in range(self.max_retries + 1):
             config = {}
             if rollout is not None or attempt:
                 # A retry must not hit the cache entry of the output that just failed to parse, and a local
                 # sampler with a fixed seed would repeat it: both get a per-rollout value.
-                config["rollout_id"] = config["seed"] = (rollout or 0) * 100 + attempt
+                config["rollout_id"] = config["seed"] = base + (rollout or 0) * 100 + attempt
                 config["temperature"] = temperature if temperature is not None else (0.7 if attempt else None)
                 config = {k: v for k, v in config.items() if v is not None}
             try:
@@ -175,11 +192,16 @@ class DiscoveryProgram(dspy.Module):
                 out.drafts = list(pred.findings or [])[:max_new]
                 out.error = None
                 break
-            except Exception as exc:  # noqa: BLE001 - any adapter/LM failure is recorded, never fatal
+            except AdapterParseError as exc:
                 out.parse_failures += 1
                 out.error = f"{type(exc).__name__}: {str(exc)[:300]}"
-                log.warning("round output unusable (attempt %d/%d): %s", attempt + 1, self.max_retries + 1, out.error)
-        entries = lm.history[start:]
+                log.warning("round output unparseable (attempt %d/%d): %s", attempt + 1, self.max_retries + 1, out.error)
+            except Exception as exc:  # noqa: BLE001 - recorded in the round; the caller decides to stop
+                out.error = f"{type(exc).__name__}: {str(exc)[:300]}"
+                out.aborted = True
+                log.warning("round failed, not retried: %s", out.error)
+                break
+        entries = _entries_after(lm.history, mark)
         out.lm_calls = len(entries)
         out.input_tokens, out.output_tokens = _usage_tokens(entries)
         return out
@@ -203,7 +225,8 @@ class DiscoveryProgram(dspy.Module):
             round=round_no, new=new, rediscovered=rediscovered, lm_calls=out.lm_calls,
             input_tokens=out.input_tokens, output_tokens=out.output_tokens,
             parse_failures=out.parse_failures, dropped_evidence=dropped, flagged=flagged,
-            failed=out.error is not None, error=out.error, seconds=round(time.perf_counter() - t0, 3),
+            failed=out.error is not None, aborted=out.aborted, error=out.error,
+            seconds=round(time.perf_counter() - t0, 3),
         )
         return next_state, record
 
@@ -221,7 +244,7 @@ class TIDE(DiscoveryProgram):
             rounds.append(record)
             if on_round:
                 on_round(record)
-            if record.new == 0 and not record.failed:
+            if record.aborted or (record.new == 0 and not record.failed):
                 break
         return dspy.Prediction(findings=list(state.findings), rounds=rounds)
 
@@ -264,6 +287,8 @@ class MultiAgent(DiscoveryProgram):
             rounds.append(record)
             if on_round:
                 on_round(record)
+            if record.aborted:
+                break
         return dspy.Prediction(findings=list(pooled.findings), rounds=rounds)
 
 

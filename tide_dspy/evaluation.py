@@ -82,6 +82,9 @@ def _run_one(program, instance: Instance, judge, on_round) -> dict:
     try:
         pred = program(instance, on_round=on_round)
         findings, rounds = list(pred.findings), list(pred.rounds)
+        if rounds and all(r.failed for r in rounds):
+            # Nothing the LM said was usable: an error row, so --resume runs the instance again.
+            error = f"every round failed; last: {rounds[-1].error}"
     except Exception as exc:  # noqa: BLE001 - one failing instance must not end the run
         error = f"{type(exc).__name__}: {exc}"
         log.warning("instance %s failed: %s\n%s", instance.instance_id, error, traceback.format_exc())

@@ -148,6 +148,7 @@ class RoundRecord(BaseModel):
     dropped_evidence: int = 0
     flagged: int = 0
     failed: bool = False
+    aborted: bool = False  # failed for a reason a retry cannot fix (context window, auth): the run stops
     error: str | None = None
     seconds: float = 0.0
 
