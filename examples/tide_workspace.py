@@ -9,8 +9,9 @@ import argparse
 import dspy
 
 from tide_dspy import TIDE
-from tide_dspy.backbones import get_lm
-from tide_dspy.data import default_data_path, load_instances
+from tide_dspy.backbones import adapter_for, get_lm
+from tide_dspy.data import load_instances
+from tide_dspy.evaluation import data_path
 from tide_dspy.templates import TemplateLibrary
 
 parser = argparse.ArgumentParser()
@@ -19,11 +20,12 @@ parser.add_argument("--rounds", type=int, default=3)
 parser.add_argument("--templates", default="programs/workspace/local-small/templates.json")
 args = parser.parse_args()
 
-instance = load_instances(default_data_path("workspace"), split="test")[0]
+instance = load_instances(data_path("workspace"), split="test")[0]
 templates = TemplateLibrary.load(args.templates).templates
 program = TIDE("workspace", templates=templates, max_rounds=args.rounds, per_round=1)
 
-with dspy.context(lm=get_lm(args.backbone)):
+lm = get_lm(args.backbone)
+with dspy.context(lm=lm, adapter=adapter_for(lm)):
     result = program(instance, on_round=lambda r: print(f"round {r.round}: {r.new} new, {r.rediscovered} re-discovered, "
                                                         f"{r.input_tokens} prompt tokens, {r.seconds:.0f}s"))
 

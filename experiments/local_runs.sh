@@ -8,6 +8,9 @@ B="${TIDE_BACKBONE:-local-small}"
 LOG=experiments/results/logs
 mkdir -p "$LOG"
 export MLFLOW_TRACKING_URI="${MLFLOW_TRACKING_URI:-sqlite:///mlflow.db}"
+# Under a JSON grammar the small models answer an empty list to nearly every round; require at least one
+# finding per answer (see tide_dspy.backbones.llamacpp.LlamaCppEngine._require_items). Distillation is unaffected.
+export TIDE_REQUIRE_ITEMS="${TIDE_REQUIRE_ITEMS:-1}"
 REPO_SUBSET=(--max-context-tokens 12000)
 
 step() {  # name, command...

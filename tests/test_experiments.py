@@ -42,6 +42,8 @@ def test_experiments_write_tables_plots_and_meta(run_module, tmp_path, repositor
     for experiment in ("table1", "steps", "rounds", "instances"):
         assert run_module.main([experiment, *common]) == 0
     assert run_module.main(["budget", *common, "--budgets", "2", "3"]) == 0
+    assert run_module.main(["poolsize", *common, "--pool-sizes", "0", "1"]) == 0
+    assert run_module.main(["demos", *common, "--demos", "1"]) == 0
 
     table = list(csv.DictReader((out / "table1.csv").open()))
     assert [r["method"] for r in table] == ["single", "multi", "tide"]
@@ -53,7 +55,11 @@ def test_experiments_write_tables_plots_and_meta(run_module, tmp_path, repositor
     assert {"tide", "multi"} == {r["method"] for r in steps}
     budget = list(csv.DictReader((out / "budget.csv").open()))
     assert sorted({int(r["budget"]) for r in budget}) == [2, 3]
-    for name in ("table1.png", "steps.png", "rounds.png", "budget.png", "per_instance.png", "table1.md"):
+    pools = list(csv.DictReader((out / "poolsize.csv").open()))
+    assert [int(r["pool_size"]) for r in pools] == [0, 1]
+    demos = list(csv.DictReader((out / "demos.csv").open()))
+    assert [r["method"] for r in demos] == ["iter-demos", "tide"]
+    for name in ("poolsize.png", "table1.png", "steps.png", "rounds.png", "budget.png", "per_instance.png", "table1.md"):
         assert (out / name).stat().st_size > 0
     meta = json.loads((out / "meta-table1.json").read_text())
     assert meta["judge"] == "proxy-lexical" and meta["instances"] == [repository_instance.instance_id]

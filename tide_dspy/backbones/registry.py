@@ -101,7 +101,7 @@ def get_lm(name: str = DEFAULT_BACKBONE, *, api_base: str | None = None, tempera
            max_tokens: int | None = None, num_threads: int | None = None, **kw) -> dspy.LM:
     """A `dspy.LM` for a backbone name or raw DSPy model string.
 
-    Extra keywords: n_ctx, constrained, seed (local); model (the served model name, openai-compatible);
+    Extra keywords: n_ctx, constrained, require_items, seed (local); model (the served model name, openai-compatible);
     anything else goes to `dspy.LM` (e.g. cache=False, num_retries=...). Keys are refused: set them in
     the environment.
     """
@@ -126,8 +126,11 @@ def get_lm(name: str = DEFAULT_BACKBONE, *, api_base: str | None = None, tempera
             temperature=0.0 if temperature is None else temperature,
             seed=kw.pop("seed", 0),
             constrained=_pick(kw.pop("constrained", None), "TIDE_CONSTRAINED", _flag, True),
+            require_items=_pick(kw.pop("require_items", None), "TIDE_REQUIRE_ITEMS", _flag, False),
         )
-        lm = dspy.LM(engine.spec.dspy_model, engine=engine, temperature=engine.temperature,
+        # The model name is part of DSPy's cache key: outputs decoded under another grammar must not be replayed.
+        model = engine.spec.dspy_model + ("-require-items" if engine.require_items else "")
+        lm = dspy.LM(model, engine=engine, temperature=engine.temperature,
                      max_tokens=engine.max_tokens, **kw)
     elif backbone.kind == "openai-compatible":
         if not api_base:
