@@ -400,3 +400,13 @@ def test_feedback_metric_is_accepted_by_gepa(example):
 def test_instance_score_round_trips_through_json():
     s = score_instance(GOLD_A, FINDINGS_A, judge=StubJudge())
     assert InstanceScore.model_validate_json(s.model_dump_json()) == s
+
+
+def test_plain_dicts_may_give_the_action_as_a_string():
+    from tide_dspy.metrics.scoring import as_findings, as_gold_problems
+
+    patch = "diff --git a/x.py b/x.py\n--- a/x.py\n+++ b/x.py\n@@ -1 +1 @@\n-a\n+b\n"
+    gold = as_gold_problems([{"description": "d", "evidence": ["f"], "action": patch}])
+    found = as_findings([{"description": "d", "evidence": ["f"], "action": "act_12345678"}])
+    assert gold[0].patch == patch and gold[0].action is None
+    assert found[0].action.action_id == "act_12345678"

@@ -59,6 +59,17 @@ def retrieval_overlap(pred_ids, gold_ids, kind: OverlapKind = "f1") -> float:
 # ---- inputs ----
 
 
+def _resolution_fields(item: dict) -> dict:
+    """A plain dict may give `action` as a string: a unified diff is a patch, anything else an action id."""
+    action = item.get("action")
+    if not isinstance(action, str):
+        return item
+    rest = {k: v for k, v in item.items() if k != "action"}
+    if action.lstrip().startswith(("diff --git", "--- ", "@@")):
+        return {**rest, "patch": action}
+    return {**rest, "action": {"action_id": action}}
+
+
 def as_gold_problems(gold) -> list[GoldProblem]:
     """Gold problems from GoldProblem objects, plain dicts (evidence/description/action or patch), or an Instance."""
     if isinstance(gold, Instance):
@@ -71,7 +82,7 @@ def as_gold_problems(gold) -> list[GoldProblem]:
         if not isinstance(g, dict):
             raise TypeError(f"gold[{i}]: expected a GoldProblem or a dict, got {type(g).__name__}")
         try:
-            problems.append(GoldProblem.model_validate({"problem_id": f"gold-{i + 1}", **g}))
+            problems.append(GoldProblem.model_validate({"problem_id": f"gold-{i + 1}", **_resolution_fields(g)}))
         except ValidationError as e:
             raise ValueError(f"gold[{i}]: not a gold problem (needs description, evidence, action or patch): {e}") from None
     return problems
@@ -89,7 +100,7 @@ def as_findings(findings) -> list[Finding]:
         if "evidence" not in f:
             raise ValueError(f"findings[{j}]: missing 'evidence' (the list of artifact ids the finding cites)")
         try:
-            out.append(Finding.model_validate(f))
+            out.append(Finding.model_validate(_resolution_fields(f)))
         except ValidationError as e:
             raise ValueError(f"findings[{j}]: not a finding (needs description, evidence, action or patch): {e}") from None
     return out
