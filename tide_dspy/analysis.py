@@ -12,11 +12,8 @@ from collections import Counter, defaultdict
 from statistics import mean, pstdev
 from typing import Iterable
 
-from tide_dspy.metrics import score_instance
+from tide_dspy.metrics import COMPONENTS, score_instance
 from tide_dspy.schemas import Finding, Instance
-
-COMPONENTS = ("retrieval", "identification", "resolution")
-
 
 def row_findings(row: dict) -> list[Finding]:
     return [Finding.model_validate(f) for f in row.get("findings") or []]
