@@ -29,6 +29,7 @@ from tide_dspy.data import load_instances
 from tide_dspy.evaluation import data_path, evaluate, read_rows, select_instances
 from tide_dspy.metrics import InstanceScore, aggregate, make_judge
 from tide_dspy.programs import build_program
+from tide_dspy.schemas import SETTING_NAMES
 from tide_dspy.templates import TemplateLibrary, solved_demos
 from tide_dspy.tracking import tracked_run
 
@@ -287,7 +288,7 @@ EXPERIMENTS = {
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("experiment", choices=[*EXPERIMENTS, "all"])
-    parser.add_argument("--setting", required=True, choices=["workspace", "repository"])
+    parser.add_argument("--setting", required=True, choices=SETTING_NAMES)
     parser.add_argument("--split", default="test")
     parser.add_argument("--data", default=None, help="JSONL file or folder (default: the shared data of the setting)")
     parser.add_argument("--templates", default=None, help="template library JSON (default: programs/<setting>/<backbone>/templates.json)")

@@ -13,6 +13,7 @@ from dspy.lm15 import Config, Message, Request
 from tide_dspy.backbones import BACKBONES, adapter_for, describe_lm, get_lm, resolve
 from tide_dspy.backbones import weights
 from tide_dspy.backbones.llamacpp import LlamaCppEngine
+from tide_dspy.backbones.usage import entries_since, lm_usage, usage_mark, usage_tokens
 from tide_dspy.discovery import TIDE
 
 SETTINGS_ENV = ("TIDE_TEMPERATURE", "TIDE_MAX_TOKENS", "TIDE_NUM_THREADS", "TIDE_N_CTX", "TIDE_API_BASE",
@@ -163,6 +164,22 @@ def _request(model, text="hello world", **config):
     return Request(model=model, system="be brief", messages=(Message.user(text),), config=Config(**config))
 
 
+def test_usage_counts_only_the_entries_after_the_mark():
+    class FakeLM:
+        model = "fake"
+        history = [{"uuid": "a", "usage": {"prompt_tokens": 5, "completion_tokens": 1}},
+                   {"uuid": "b", "usage": {"input_tokens": 7, "output_tokens": 2}, "cost": 0.5},
+                   {"uuid": "c", "usage": {}}]
+
+    lm = FakeLM()
+    assert usage_mark(lm) == "c"
+    assert [e["uuid"] for e in entries_since(lm, "a")] == ["b", "c"]
+    assert len(entries_since(lm, "evicted")) == 3  # an evicted mark counts the whole (bounded) history
+    assert usage_tokens(entries_since(lm, "b")) == (None, None)
+    assert lm_usage(lm, "a") == {"model": "fake", "calls": 2, "prompt_tokens": 7, "completion_tokens": 2, "cost_usd": 0.5}
+    assert lm_usage(None) is None
+
+
 def test_engine_builds_a_response_with_usage_and_bounds_max_tokens():
     fake = FakeLlama(reply="the answer", finish="length")
     engine = LlamaCppEngine("qwen2.5-coder-0.5b-instruct", llama=fake, max_tokens=100, seed=5)
@@ -269,6 +286,7 @@ def test_missing_chunk_packages_say_how_to_install(tmp_path):
 
 def test_require_items_puts_min_items_on_top_level_lists_only():
     from tide_dspy.backbones.llamacpp import LlamaCppEngine
+from tide_dspy.backbones.usage import entries_since, lm_usage, usage_mark, usage_tokens
 
     schema = {"type": "object", "properties": {"findings": {"type": "array", "items": {"type": "object"}},
                                                "note": {"type": "string"}}}

@@ -14,6 +14,7 @@ import dspy
 from dspy.utils.exceptions import AdapterParseError
 from rapidfuzz import fuzz
 
+from tide_dspy.backbones.usage import entries_since, usage_mark, usage_tokens
 from tide_dspy.schemas import Finding, Instance, RoundRecord, Template
 from tide_dspy.settings import NO_GUIDANCE, Setting, get_setting, render_templates
 
@@ -58,29 +59,6 @@ class CallOutcome:
     parse_failures: int = 0
     error: str | None = None
     aborted: bool = False
-
-
-def _entries_after(history: list[dict], mark: str | None) -> list[dict]:
-    """History entries newer than the entry with uuid `mark` (robust to the history's size cap)."""
-    if mark is None:
-        return list(history)
-    for i in range(len(history) - 1, -1, -1):
-        if history[i].get("uuid") == mark:
-            return history[i + 1:]
-    return list(history)
-
-
-def _usage_tokens(entries: list[dict]) -> tuple[int | None, int | None]:
-    ins = outs = None
-    for e in entries:
-        u = e.get("usage") or {}
-        i = u.get("prompt_tokens", u.get("input_tokens"))
-        o = u.get("completion_tokens", u.get("output_tokens"))
-        if i is not None:
-            ins = (ins or 0) + int(i)
-        if o is not None:
-            outs = (outs or 0) + int(o)
-    return ins, outs
 
 
 class DiscoveryProgram(dspy.Module):
@@ -176,7 +154,7 @@ class DiscoveryProgram(dspy.Module):
         lm = self.discover.lm or dspy.settings.lm
         if lm is None:
             raise RuntimeError("no LM configured: use dspy.context(lm=...) or tide_dspy.backbones.get_lm(...)")
-        mark = lm.history[-1]["uuid"] if lm.history else None
+        mark = usage_mark(lm)
         # Repeats of a whole run (an LM copied with another rollout_id) must not replay this run's samples.
         base = int(lm.kwargs.get("rollout_id") or 0) * 10_000
         for attempt in range(self.max_retries + 1):
@@ -201,9 +179,9 @@ class DiscoveryProgram(dspy.Module):
                 out.aborted = True
                 log.warning("round failed, not retried: %s", out.error)
                 break
-        entries = _entries_after(lm.history, mark)
+        entries = entries_since(lm, mark)
         out.lm_calls = len(entries)
-        out.input_tokens, out.output_tokens = _usage_tokens(entries)
+        out.input_tokens, out.output_tokens = usage_tokens(entries)
         return out
 
     def clean(self, drafts: list, instance: Instance, round_no: int) -> tuple[list[Finding], int, int]:

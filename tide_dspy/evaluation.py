@@ -113,7 +113,7 @@ def evaluate(
 ) -> dict:
     """Score `program` on `instances`; returns metrics.aggregate(...) plus counts (n_run, n_resumed, n_failed)."""
     from tide_dspy.programs import method_of
-    from tide_dspy.tracking import lm_usage, usage_mark
+    from tide_dspy.backbones.usage import lm_usage, usage_mark
 
     judge = metrics.make_judge(judge) if isinstance(judge, str) or judge is None else judge
     method = method or method_of(program)

@@ -12,9 +12,10 @@ from pathlib import Path
 
 import dspy
 
+from tide_dspy.backbones.registry import scrub_secrets
+from tide_dspy.data.records import read_json_file
 from tide_dspy.discovery import DiscoveryProgram, MultiAgent, SingleAgent, TIDE
 from tide_dspy.schemas import Template
-from tide_dspy.tracking import scrub_secrets
 
 # method -> (class, fixed config). The paper's ablations are TIDE with other guidance.
 METHODS: dict[str, tuple[type[DiscoveryProgram], dict]] = {
@@ -111,12 +112,7 @@ def fetch_program_file(uri: str) -> Path:
 def read_program_state(path_or_uri: str | Path) -> tuple[dict, Path]:
     text = str(path_or_uri)
     path = fetch_program_file(text) if text.startswith(MODEL_URI_SCHEMES) else Path(path_or_uri)
-    if not path.exists():
-        raise FileNotFoundError(f"{path}: no saved program here (make one with `tide compile` or save_program)")
-    try:
-        state = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{path}: line {exc.lineno}: not valid JSON ({exc.msg})") from None
+    state = read_json_file(path, "no saved program here (make one with `tide compile` or save_program)")
     if "tide_config" not in state:
         raise ValueError(f"{path}: no 'tide_config' in this state file; it was not saved by tide_dspy.save_program")
     return state, path

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 Setting = Literal["workspace", "repository"]
+SETTING_NAMES: tuple[str, ...] = get_args(Setting)
 ArtifactKind = Literal["email", "calendar", "document", "function"]
 
 

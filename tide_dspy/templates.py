@@ -9,8 +9,8 @@ from __future__ import annotations
 import json
 import logging
 import random
-from itertools import zip_longest
 from dataclasses import dataclass, field
+from itertools import zip_longest
 from pathlib import Path
 
 import dspy
@@ -18,6 +18,7 @@ from pydantic import ValidationError
 from rapidfuzz import fuzz, utils
 from tqdm.auto import tqdm
 
+from tide_dspy.data.records import read_json_file
 from tide_dspy.schemas import GoldProblem, Instance, Template, TemplateDraft
 from tide_dspy.settings import Setting, get_setting
 
@@ -91,12 +92,7 @@ class TemplateLibrary:
     def load(cls, path: str | Path) -> TemplateLibrary:
         """Read a library file: {"setting", "meta", "templates": [...]}, or a bare list of templates."""
         path = Path(path)
-        if not path.exists():
-            raise FileNotFoundError(f"{path}: no template library here; make one with `tide distill`")
-        try:
-            data = json.loads(path.read_text())
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{path}: line {exc.lineno}: not valid JSON ({exc.msg})") from None
+        data = read_json_file(path, "no template library here; make one with `tide distill`")
         if isinstance(data, list):
             data = {"templates": data}
         if not isinstance(data, dict) or not isinstance(data.get("templates"), list):

@@ -1,4 +1,4 @@
-"""MLflow tracking for distill / compile / tune / evaluate runs, and LM usage accounting.
+"""MLflow tracking for distill / compile / tune / evaluate runs (LM usage is counted in backbones.usage).
 
 The store is `sqlite:///mlflow.db` (in the working directory) unless MLFLOW_TRACKING_URI names another. mlflow is
 imported only inside the functions that use it, so importing this module stays cheap.
@@ -56,36 +56,6 @@ def dataset_hash(instances) -> str:
     for inst in instances:
         h.update(inst.model_dump_json().encode())
     return h.hexdigest()[:16]
-
-
-# ---- LM usage ----
-
-def usage_mark(lm) -> str | None:
-    """A bookmark in lm.history: the uuid of its last entry (history is bounded, so indexes shift)."""
-    history = getattr(lm, "history", None) or []
-    return history[-1].get("uuid") if history else None
-
-
-def lm_usage(lm, mark: str | None = None) -> dict | None:
-    """Calls, tokens and cost of the LM since `mark`: a secret-free summary for lm_usage.json and MLflow."""
-    if lm is None:
-        return None
-    from tide_dspy.discovery import _usage_tokens
-
-    history = list(getattr(lm, "history", None) or [])
-    start = 0
-    if mark is not None:
-        start = next((n + 1 for n, e in enumerate(history) if e.get("uuid") == mark), 0)
-    entries = history[start:]
-    prompt, completion = _usage_tokens(entries)
-    costs = [e["cost"] for e in entries if e.get("cost") is not None]
-    return {
-        "model": getattr(lm, "model", type(lm).__name__),
-        "calls": len(entries),
-        "prompt_tokens": prompt,
-        "completion_tokens": completion,
-        "cost_usd": round(sum(costs), 6) if costs else None,
-    }
 
 
 # ---- runs ----

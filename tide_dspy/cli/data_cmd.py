@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from tide_dspy.cli.common import add_lm_options
+from tide_dspy.schemas import SETTING_NAMES
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -13,7 +14,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     stats = sub.add_parser("stats", help="instances, problems, artifacts and evidence by split")
     stats.add_argument("path", help="a JSONL file or a folder of JSONL files")
-    stats.add_argument("--setting", choices=("workspace", "repository"), default=None,
+    stats.add_argument("--setting", choices=SETTING_NAMES, default=None,
                        help="force the format (default: detected from the records)")
     stats.add_argument("--split", default=None, help="only this split (train, test, ...)")
     stats.add_argument("--skip-invalid", action="store_true", help="skip invalid records, and list them")

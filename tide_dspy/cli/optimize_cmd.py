@@ -14,8 +14,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from tide_dspy.cli.common import add_lm_options, lm_from_args
+from tide_dspy.schemas import SETTING_NAMES
 
-SETTINGS = ("workspace", "repository")
 
 
 def make_lm(args: argparse.Namespace):
@@ -32,7 +32,7 @@ def make_judge(args: argparse.Namespace):
 # ---- options ----
 
 def _data_options(p: argparse.ArgumentParser, split: str) -> None:
-    p.add_argument("--setting", choices=SETTINGS, required=split != "test")
+    p.add_argument("--setting", choices=SETTING_NAMES, required=split != "test")
     p.add_argument("--split", default=split, help=f"data split (default: {split})")
     p.add_argument("--data", default=None, help="the setting's JSONL file or folder (default: $TIDE_DATA/<setting>, "
                                                 "else ../shared/data/<setting> beside the repository)")
@@ -193,7 +193,8 @@ def _artifact(path: Path, folder: str | None = None) -> None:
 
 def run_distill(args: argparse.Namespace) -> int:
     from tide_dspy.templates import distill_library, solved_cases
-    from tide_dspy.tracking import dataset_hash, log_usage, lm_usage, tracked_run, usage_mark
+    from tide_dspy.backbones.usage import lm_usage, usage_mark
+    from tide_dspy.tracking import dataset_hash, log_usage, tracked_run
 
     setting = args.setting
     instances, _ = load_split(args, setting)
@@ -260,7 +261,8 @@ def run_compile(args: argparse.Namespace) -> int:
     from tide_dspy.evaluation import evaluate, format_table
     from tide_dspy.optimize import aggregate_value, compile_program, parse_options, split_train
     from tide_dspy.programs import save_program
-    from tide_dspy.tracking import log_scores, log_usage, lm_usage, register_program, tracked_run, usage_mark
+    from tide_dspy.backbones.usage import lm_usage, usage_mark
+    from tide_dspy.tracking import log_scores, log_usage, register_program, tracked_run
 
     setting = args.setting
     instances, _ = load_split(args, setting)

@@ -13,11 +13,10 @@ import datasets
 import dspy
 
 from tide_dspy.data.records import describe_record_error, instance_from_record
-from tide_dspy.schemas import Instance
+from tide_dspy.schemas import SETTING_NAMES, Instance
 
 logger = logging.getLogger(__name__)
 
-SETTINGS = ("workspace", "repository")
 
 
 class InvalidRecordError(ValueError):
@@ -61,8 +60,8 @@ def load_with_report(path: str | Path, setting: str | None = None, split: str | 
     `setting` (workspace|repository) forces the format; by default each record's setting is detected and a
     file may not mix settings. `split` keeps only instances of that split.
     """
-    if setting is not None and setting not in SETTINGS:
-        raise ValueError(f"setting={setting!r}: use one of {', '.join(SETTINGS)}")
+    if setting is not None and setting not in SETTING_NAMES:
+        raise ValueError(f"setting={setting!r}: use one of {', '.join(SETTING_NAMES)}")
     result = LoadResult()
     seen: dict[str, tuple[Path, int]] = {}
     for file in jsonl_files(path):

@@ -1,4 +1,4 @@
-"""Conversion between the benchmark's JSONL record formats and `Instance`.
+"""Conversion between the benchmark's JSONL record formats and `Instance`, and reading our JSON files.
 
 Everything is validated by pydantic in one `Instance.model_validate` call, so a bad record raises a
 `pydantic.ValidationError` whose locations name the offending field (see `describe_record_error`).
@@ -6,6 +6,8 @@ Everything is validated by pydantic in one `Instance.model_validate` call, so a 
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
@@ -104,3 +106,14 @@ def _loc_path(loc: tuple[Any, ...]) -> str:
     for part in loc:
         path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
     return path
+
+
+def read_json_file(path: str | Path, missing_hint: str) -> Any:
+    """A JSON file's content. A missing file says `missing_hint` (how to make one); bad JSON names the line."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: {missing_hint}")
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}: line {exc.lineno}: not valid JSON ({exc.msg})") from None

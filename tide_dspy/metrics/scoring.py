@@ -13,12 +13,11 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, Field, ValidationError
 
-from tide_dspy.schemas import Finding, GoldProblem, Instance
+from tide_dspy.schemas import SETTING_NAMES, Finding, GoldProblem, Instance
 
 COMPONENTS = ("retrieval", "identification", "resolution")
 JUDGED_COMPONENTS = ("identification", "resolution")
 OVERLAP_KINDS = ("f1", "jaccard", "recall")
-SETTING_NAMES = ("workspace", "repository")
 NO_JUDGE_LABEL = "none"
 
 OverlapKind = Literal["f1", "jaccard", "recall"]
