@@ -285,8 +285,6 @@ def test_missing_chunk_packages_say_how_to_install(tmp_path):
 
 
 def test_require_items_puts_min_items_on_top_level_lists_only():
-    from tide_dspy.backbones.llamacpp import LlamaCppEngine
-from tide_dspy.backbones.usage import entries_since, lm_usage, usage_mark, usage_tokens
 
     schema = {"type": "object", "properties": {"findings": {"type": "array", "items": {"type": "object"}},
                                                "note": {"type": "string"}}}
