@@ -285,7 +285,6 @@ def test_missing_chunk_packages_say_how_to_install(tmp_path):
 
 
 def test_require_items_puts_min_items_on_top_level_lists_only():
-
     schema = {"type": "object", "properties": {"findings": {"type": "array", "items": {"type": "object"}},
                                                "note": {"type": "string"}}}
     plain = LlamaCppEngine("qwen2.5-coder-0.5b-instruct", llama=object())
