@@ -12,6 +12,8 @@ export MLFLOW_TRACKING_URI="${MLFLOW_TRACKING_URI:-sqlite:///mlflow.db}"
 # finding per answer (see tide_dspy.backbones.llamacpp.LlamaCppEngine._require_items). Distillation is unaffected.
 export TIDE_REQUIRE_ITEMS="${TIDE_REQUIRE_ITEMS:-1}"
 REPO_SUBSET=(--max-context-tokens 12000)
+# The first N workspace test instances (all 4 when unset): one instance costs ~35 min on the 0.5B model here.
+WS_SUBSET=(${TIDE_WS_LIMIT:+--limit "$TIDE_WS_LIMIT"})
 
 step() {  # name, command...
   local name=$1; shift
@@ -28,9 +30,9 @@ run() {
     distill-repo)
       step distill-repository tide distill --setting repository --backbone "$B" --max-context-tokens 8500 --max-tokens 400 ;;
     table1-ws)
-      step table1-workspace python experiments/run.py table1 --setting workspace --backbone "$B" --judge proxy
+      step table1-workspace python experiments/run.py table1 --setting workspace --backbone "$B" --judge proxy "${WS_SUBSET[@]}"
       for e in steps budget instances; do
-        step "$e-workspace" python experiments/run.py "$e" --setting workspace --backbone "$B" --judge proxy
+        step "$e-workspace" python experiments/run.py "$e" --setting workspace --backbone "$B" --judge proxy "${WS_SUBSET[@]}"
       done ;;
     table1-repo)
       for e in table1 steps rounds instances; do

@@ -28,7 +28,7 @@ from tide_dspy.cli.common import add_lm_options
 from tide_dspy.data import load_instances
 from tide_dspy.evaluation import data_path, evaluate, read_rows, select_instances
 from tide_dspy.metrics import InstanceScore, aggregate, make_judge
-from tide_dspy.programs import build_program
+from tide_dspy.programs import build_program, program_dir
 from tide_dspy.schemas import SETTING_NAMES
 from tide_dspy.templates import TemplateLibrary, solved_demos
 from tide_dspy.tracking import tracked_run
@@ -55,7 +55,7 @@ def chosen_instances(args) -> list:
 
 def template_library(args, source_backbone: str | None = None) -> TemplateLibrary:
     path = Path(args.templates) if args.templates and not source_backbone else (
-        ROOT / "programs" / args.setting / (source_backbone or args.backbone) / "templates.json")
+        program_dir(args.setting, source_backbone or args.backbone, root=ROOT / "programs") / "templates.json")
     if not path.exists():
         raise SystemExit(f"no template library at {path}: run `tide distill --setting {args.setting} "
                          f"--backbone {source_backbone or args.backbone}` first, or pass --templates")

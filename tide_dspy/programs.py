@@ -78,6 +78,16 @@ def method_of(program: DiscoveryProgram) -> str:
     return type(program).__name__
 
 
+def safe_name(name: str) -> str:
+    """A backbone name as a folder name: `openai/gpt-4o` -> `openai_gpt-4o`."""
+    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in name)
+
+
+def program_dir(setting: str, backbone: str, root: str | Path = "programs") -> Path:
+    """Where a backbone's distilled templates and compiled program live: <root>/<setting>/<backbone>/."""
+    return Path(root) / setting / safe_name(backbone)
+
+
 def save_program(program: DiscoveryProgram, path: str | Path, extra: dict | None = None) -> Path:
     """Write DSPy JSON state (with tide_config) plus `extra` (backbone, templates path, ...) as tide_extra."""
     path = Path(path)

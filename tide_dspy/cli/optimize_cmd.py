@@ -121,12 +121,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 # ---- shared steps ----
 
-def safe_name(name: str) -> str:
-    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in name)
+def program_dir(args: argparse.Namespace, setting: str, root: str | None = None) -> Path:
+    from tide_dspy.programs import program_dir
 
-
-def program_dir(args: argparse.Namespace, setting: str) -> Path:
-    return Path(args.programs) / setting / safe_name(args.backbone)
+    return program_dir(setting, args.backbone, root=root or args.programs)
 
 
 def load_split(args: argparse.Namespace, setting: str):
@@ -391,7 +389,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
             train = load_instances(data_path(setting, args.data), setting=setting, split="train")
         program = _build(args, setting, method, train)
     instances, _ = load_split(args, setting)
-    out_dir = Path(args.out) if args.out else Path("runs") / setting / safe_name(args.backbone) / f"{method}-{args.split}"
+    out_dir = Path(args.out) if args.out else program_dir(args, setting, root="runs") / f"{method}-{args.split}"
     results = out_dir / "results.jsonl"
     if results.exists() and read_rows(results) and not (args.resume or args.fresh):
         raise ValueError(f"{results} already has results: pass --resume to continue it or --fresh to start over")

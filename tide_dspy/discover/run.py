@@ -22,6 +22,7 @@ from tide_dspy.discover.ingest import ingest_workspace
 from tide_dspy.discover.patches import DOES_NOT_APPLY, PatchChecker, git, git_toplevel
 from tide_dspy.discover.result import DiscoverResult, WindowRound
 from tide_dspy.discovery import DiscoveryProgram, DiscoveryState
+from tide_dspy.programs import build_program, load_program, program_dir
 from tide_dspy.schemas import Artifact, Instance, RoundRecord
 from tide_dspy.settings import get_setting
 
@@ -34,7 +35,7 @@ PROJECT_ROOT = Path(__file__).resolve().parents[2]
 def shipped_file(setting: str, backbone: str, name: str) -> Path | None:
     """programs/<setting>/<backbone>/<name> in the working directory or in the tide-dspy checkout."""
     for base in dict.fromkeys((Path.cwd(), PROJECT_ROOT)):
-        path = base / "programs" / setting / backbone / name
+        path = program_dir(setting, backbone, root=base / "programs") / name
         if path.is_file():
             return path
     return None
@@ -44,7 +45,6 @@ def choose_program(setting: str, backbone: str, program: str | Path | None = Non
                    templates: str | Path | None = None, rounds: int | None = None,
                    per_round: int | None = None) -> tuple[DiscoveryProgram, str]:
     """(program, a sentence saying which program was used and why)."""
-    from tide_dspy.programs import build_program, load_program
     from tide_dspy.templates import TemplateLibrary
 
     shipped = shipped_file(setting, backbone, "tide.json")
