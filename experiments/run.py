@@ -121,6 +121,20 @@ def write_csv(path: Path, records: list[dict]) -> None:
         writer.writerows(records)
 
 
+def raw_seconds(out: Path, instances: list) -> dict[str, float]:
+    """Seconds the LM runs behind these results took, per raw run, summed over the chosen instances.
+
+    Raw rows are shared between experiments and may come from earlier sessions, so this (not the wall time of
+    the analysing process) is the cost of the results."""
+    wanted = {i.instance_id for i in instances}
+    totals = {}
+    for path in sorted((out / "raw").glob("*/run*.jsonl")):
+        rows = [r for r in read_rows(path).values() if r["instance_id"] in wanted]
+        if rows:
+            totals[f"{path.parent.name}/{path.stem}"] = round(sum(r["seconds"] for r in rows), 1)
+    return totals
+
+
 def write_meta(path: Path, lm, judge, started: float, extra: dict | None = None) -> None:
     meta = {
         "command": " ".join(sys.argv),
@@ -330,8 +344,9 @@ def main(argv=None) -> int:
 
             with dspy.context(lm=lm, adapter=adapter_for(lm)):
                 metrics = EXPERIMENTS[name](args, instances, out, lm, judge)
-            write_meta(out / f"meta-{name}.json", lm, judge, started, {"experiment": name,
-                                                                       "instances": [i.instance_id for i in instances]})
+            write_meta(out / f"meta-{name}.json", lm, judge, started, {
+                "experiment": name, "instances": [i.instance_id for i in instances],
+                "raw_lm_seconds": raw_seconds(out, instances)})
             mlflow.log_metrics({k: float(v) for k, v in metrics.items()})
             for f in sorted(out.glob("*.*")):
                 mlflow.log_artifact(str(f))

@@ -80,6 +80,23 @@ def test_resume_after_a_crash_reruns_only_unfinished_instances(tmp_path, train):
     assert list(read_rows(out)) == [first.instance_id]
 
 
+def test_a_resumed_run_adds_instances_and_usage_and_refuses_another_config(tmp_path, train):
+    program = build_program("iter", "workspace", max_rounds=2, per_round=2)
+    out = tmp_path / "results.jsonl"
+    first, second = train
+    evaluate(program, [first], out_path=out, lm=RoutedLM(train), progress=False)
+    evaluate(program, [second], out_path=out, lm=RoutedLM(train), progress=False, resume=True)
+    config = json.loads((tmp_path / "config.json").read_text())
+    assert config["instances"] == [first.instance_id, second.instance_id]
+    assert json.loads((tmp_path / "lm_usage.json").read_text())["backbone"]["calls"] == 4  # two sessions of 2 calls
+    assert json.loads((tmp_path / "summary.json").read_text())["instances"] == [second.instance_id]
+
+    other = build_program("iter", "workspace", max_rounds=3, per_round=2)
+    with pytest.raises(ValueError, match=r"config.json: the rows here came from another run configuration \(differs in program"):
+        evaluate(other, train, out_path=out, lm=RoutedLM(train), progress=False, resume=True)
+    evaluate(other, train[:1], out_path=out, lm=RoutedLM(train), progress=False, resume=False)  # starting over is fine
+
+
 def test_a_failing_instance_is_recorded_scored_zero_and_rerun_on_resume(tmp_path, train):
     program = build_program("iter", "workspace", max_rounds=1, per_round=5)
     out = tmp_path / "results.jsonl"

@@ -63,3 +63,4 @@ def test_experiments_write_tables_plots_and_meta(run_module, tmp_path, repositor
         assert (out / name).stat().st_size > 0
     meta = json.loads((out / "meta-table1.json").read_text())
     assert meta["judge"] == "proxy-lexical" and meta["instances"] == [repository_instance.instance_id]
+    assert set(meta["raw_lm_seconds"]) == {"single/run0", "multi/run0", "tide/run0"}

@@ -1,8 +1,9 @@
 """Run a program over instances, score each one, and write one JSONL row per instance as soon as it is done.
 
 Resumable: with resume=True, instance ids already scored in out_path are skipped (rows that ended in an error are
-rerun), so a crash loses no finished instance. Beside the results go config.json and lm_usage.json, so a run can
-be read without rerunning it.
+rerun), so a crash loses no finished instance. Beside the results go config.json, summary.json and lm_usage.json,
+so a run can be read without rerunning it. A resumed run must use the same program, judge and model as the rows
+it continues (config.json says which); its instances and LM usage are added to those of the earlier sessions.
 """
 
 from __future__ import annotations
@@ -132,8 +133,13 @@ def evaluate(
     run_lm = lm or dspy.settings.lm
     judge_lm = getattr(judge, "lm", None)
     marks = {"backbone": usage_mark(run_lm), "judge": usage_mark(judge_lm)}
+    earlier_usage = None
     if out_path is not None:
-        _write_json(out_path.parent / "config.json", run_config(program, method, judge, run_lm, instances, config))
+        run_conf = run_config(program, method, judge, run_lm, instances, config)
+        if done:
+            run_conf = continued_config(out_path.parent / "config.json", run_conf)
+            earlier_usage = _read_json(out_path.parent / "lm_usage.json")
+        _write_json(out_path.parent / "config.json", run_conf)
 
     bar = tqdm(todo, desc=f"evaluate {method}", unit="inst", disable=not progress)
     with dspy.context(**({"lm": lm} if lm is not None else {})):
@@ -161,8 +167,8 @@ def evaluate(
     usage = {"backbone": lm_usage(run_lm, marks["backbone"]), "judge": lm_usage(judge_lm, marks["judge"])}
     result["lm_usage"] = usage
     if out_path is not None:
-        _write_json(out_path.parent / "lm_usage.json", usage)
-        _write_json(out_path.parent / "summary.json", result)
+        _write_json(out_path.parent / "lm_usage.json", add_usage(earlier_usage, usage))
+        _write_json(out_path.parent / "summary.json", {**result, "instances": [i.instance_id for i in instances]})
         result["out_path"] = str(out_path)
     return result
 
@@ -181,6 +187,47 @@ def run_config(program, method: str, judge, lm, instances: list[Instance], extra
         "instances": [i.instance_id for i in instances],
         **(extra or {}),
     }
+
+
+# Fields of config.json that must match for rows to be continued; instances may grow, other fields are informative.
+RESUME_KEYS = ("method", "program", "judge")
+
+
+def continued_config(path: Path, now: dict) -> dict:
+    """The config of a resumed run: checked against the earlier one, with the instances of both."""
+    before = _read_json(path)
+    if before is None:
+        return now
+    changed = [k for k in RESUME_KEYS if before.get(k) != now.get(k)]
+    model_before, model_now = ((c.get("lm") or {}).get("model") for c in (before, now))
+    if model_before != model_now:
+        changed.append(f"lm.model ({model_before} -> {model_now})")
+    if changed:
+        raise ValueError(f"{path}: the rows here came from another run configuration (differs in {', '.join(changed)}); "
+                         "resume with the same settings, or write to another output folder, or start over "
+                         "(resume=False / --fresh)")
+    return {**now, "instances": list(dict.fromkeys([*before.get("instances", []), *now["instances"]]))}
+
+
+def add_usage(before: dict | None, now: dict) -> dict:
+    """LM usage of the earlier sessions of a resumed run plus this session's, per role (backbone, judge)."""
+    total = {}
+    for role, usage in now.items():
+        old = (before or {}).get(role)
+        if usage is None or old is None or old.get("model") != usage.get("model"):
+            total[role] = usage if usage is not None else old
+            continue
+        total[role] = {"model": usage["model"], **{
+            k: None if old.get(k) is None and usage.get(k) is None else round((old.get(k) or 0) + (usage.get(k) or 0), 6)
+            for k in ("calls", "prompt_tokens", "completion_tokens", "cost_usd")}}
+    return total
+
+
+def _read_json(path: Path):
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
 
 
 def _write_json(path: Path, data) -> None:
