@@ -3,6 +3,7 @@ MLflow (a temporary sqlite store) and a registered program loaded back in a fres
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -24,7 +25,7 @@ from tide_dspy.optimize import (
 )
 from tide_dspy.programs import build_program
 from tide_dspy.schemas import Template
-from tide_dspy.templates import TemplateLibrary
+from tide_dspy.templates import TemplateLibrary, solved_demos
 
 TEMPLATES = [Template(id=f"ws-t0{i}", name=f"pattern {i}", pattern=f"shape {i}", evidence_flow=["x"]) for i in range(1, 5)]
 
@@ -113,6 +114,16 @@ def test_bootstrap_adds_demos_when_asked(train):
     assert len(compiled.discover.demos) == 1
 
 
+def test_compile_builds_iter_demos_from_its_own_train_part(train):
+    from tide_dspy.cli.optimize_cmd import _build
+
+    args = argparse.Namespace(demos=2, rounds=2, per_round=1, data=None, templates=None, programs="programs",
+                              backbone="dummy")
+    program = _build(args, "workspace", "iter-demos", train[:1])
+    # The demos come from the instances compile trains on, never from its validation part.
+    assert program.demos == solved_demos(train[:1], "workspace", 2) != solved_demos(train[1:], "workspace", 2)
+
+
 def test_tune_is_a_resumable_sqlite_study(tmp_path, train):
     library = TemplateLibrary(TEMPLATES, "workspace")
     storage = f"sqlite:///{tmp_path / 'optuna.db'}"
@@ -185,7 +196,8 @@ def test_cli_distill_compile_tune_evaluate_with_mlflow(tmp_path, monkeypatch, tr
     assert main(evaluate) == 2  # results exist: --resume or --fresh is required
     assert main([*evaluate, "--resume"]) == 0
     assert len(Path("eval/results.jsonl").read_text().splitlines()) == 2  # nothing rerun
-    assert main(["evaluate", "--method", "iter-demos", *common, "--limit", "1", "--out", "demos"]) == 0
+    assert main(["evaluate", "--method", "iter-demos", *common, "--limit", "1", "--out", "demos", "--demos", "2"]) == 0
+    assert json.loads(Path("demos/config.json").read_text())["program"]["n_demos"] == 2  # from the train split
 
     mlflow.set_tracking_uri(uri)
     client = MlflowClient()

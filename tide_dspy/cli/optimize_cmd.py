@@ -241,6 +241,10 @@ def _cap_cases(instances, max_cases: int):
 
 
 def _build(args: argparse.Namespace, setting: str, method: str, train_instances=None):
+    """A fresh program of `method`; iter-demos takes its solved examples from `train_instances` (default: the
+    train split)."""
+    from tide_dspy.data import load_instances
+    from tide_dspy.evaluation import data_path
     from tide_dspy.programs import build_program
     from tide_dspy.templates import solved_demos
 
@@ -248,7 +252,9 @@ def _build(args: argparse.Namespace, setting: str, method: str, train_instances=
     if method == "tide":
         templates = templates_path(args, setting)
     if method == "iter-demos":
-        demos = solved_demos(train_instances or [], setting, args.demos)
+        if train_instances is None:
+            train_instances = load_instances(data_path(setting, args.data), setting=setting, split="train")
+        demos = solved_demos(train_instances, setting, args.demos)
     return build_program(method, setting, templates=templates, demos=demos,
                          max_rounds=args.rounds, per_round=args.per_round)
 
@@ -266,7 +272,7 @@ def run_compile(args: argparse.Namespace) -> int:
     instances, _ = load_split(args, setting)
     train, val = split_train(instances, args.val_fraction, args.seed)
     lm, judge = make_lm(args), make_judge(args)
-    program = _build(args, setting, args.method)
+    program = _build(args, setting, args.method, train)
     folder = program_dir(args, setting)
     out = folder / ("tide.json" if args.method == "tide" else f"{args.method}.json")
     options = parse_options(args.opt)
@@ -366,8 +372,7 @@ def run_tune(args: argparse.Namespace) -> int:
 
 
 def run_evaluate(args: argparse.Namespace) -> int:
-    from tide_dspy.data import load_instances
-    from tide_dspy.evaluation import data_path, evaluate, format_table, read_rows
+    from tide_dspy.evaluation import evaluate, format_table, read_rows
     from tide_dspy.programs import load_program, method_of
     from tide_dspy.tracking import log_scores, log_usage, tracked_run
 
@@ -384,10 +389,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
         if not args.setting:
             raise ValueError("--method needs --setting")
         setting, method = args.setting, args.method
-        train = None
-        if method == "iter-demos":
-            train = load_instances(data_path(setting, args.data), setting=setting, split="train")
-        program = _build(args, setting, method, train)
+        program = _build(args, setting, method)
     instances, _ = load_split(args, setting)
     out_dir = Path(args.out) if args.out else program_dir(args, setting, root="runs") / f"{method}-{args.split}"
     results = out_dir / "results.jsonl"
