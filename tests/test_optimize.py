@@ -64,6 +64,13 @@ def test_every_optimizer_config_loads_and_names_a_real_class():
         load_optimizer_config("nonesuch")
 
 
+def test_a_project_optimizers_folder_is_found_first(tmp_path, monkeypatch):
+    (tmp_path / "optimizers").mkdir()
+    (tmp_path / "optimizers" / "mine.yaml").write_text("optimizer: dspy.COPRO\ninit: {breadth: 2}\ncompile: {}\n")
+    monkeypatch.chdir(tmp_path)
+    assert "mine" in available_optimizers() and load_optimizer_config("mine")["init"] == {"breadth": 2}
+
+
 def test_demos_overrides_and_fit_to_trainset():
     assert parse_options(["init.breadth=2", "compile.num_trials=3", "auto=null"]) == {
         "init": {"breadth": 2, "auto": None}, "compile": {"num_trials": 3}}

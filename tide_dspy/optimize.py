@@ -85,8 +85,9 @@ def aggregate_value(result: dict, spec: str) -> float:
 # ---- optimizer configs ----
 
 def optimizer_dirs() -> list[Path]:
+    """$TIDE_OPTIMIZERS, ./optimizers, then the checkout's optimizers/ (a wheel install has no checkout)."""
     dirs = [Path(os.environ[OPTIMIZERS_ENV])] if os.environ.get(OPTIMIZERS_ENV) else []
-    return dirs + [REPO_ROOT / "optimizers"]
+    return list(dict.fromkeys(dirs + [Path.cwd() / "optimizers", REPO_ROOT / "optimizers"]))
 
 
 def available_optimizers() -> list[str]:
