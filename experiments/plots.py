@@ -19,18 +19,27 @@ def _save(fig, path: Path) -> None:
     plt.close(fig)
 
 
+MARKERS = "osD^v<>"
+LINESTYLES = ("-", "--", ":", "-.")
+
+
 def _lines(records, x, ys, group, path, xlabel, ylabel, title):
+    """Rates in [0, 1] against x, one line per (group, y). Markers and dashes differ, so equal lines stay visible."""
     fig, ax = plt.subplots(figsize=(6, 4))
     series = defaultdict(list)
     for r in records:
         series[r[group]].append(r)
+    n = 0
     for name, rows in series.items():
         rows.sort(key=lambda r: r[x])
         for y in ys:
             vals = [(r[x], r[y]) for r in rows if r[y] is not None]
             if vals:
-                ax.plot(*zip(*vals), marker="o", label=f"{name} {y}" if len(ys) > 1 else name)
-    ax.set(xlabel=xlabel, ylabel=ylabel, title=title)
+                ax.plot(*zip(*vals), marker=MARKERS[n % len(MARKERS)], linestyle=LINESTYLES[n % len(LINESTYLES)],
+                        markersize=8 - 1.5 * (n % 3), label=f"{name} {y}" if len(ys) > 1 else name)
+                n += 1
+    ax.set(xlabel=xlabel, ylabel=ylabel, title=title, ylim=(-0.02, 1.02))
+    ax.set_xticks(sorted({r[x] for r in records}))
     ax.grid(alpha=0.3)
     ax.legend()
     _save(fig, path)
@@ -44,10 +53,14 @@ def table1(records, path: Path, title: str) -> None:
             vals = [r[f"{c}_{kind}"] or 0 for r in records]
             errs = [r[f"{c}_{kind}_std"] or 0 for r in records]
             xs = [i + (j - 0.5) * 0.38 for i in range(len(methods))]
-            ax.bar(xs, vals, width=0.38, yerr=errs, label=kind)
+            bars = ax.bar(xs, vals, width=0.38, yerr=errs, label=kind)
+            ax.bar_label(bars, fmt="%.1f", fontsize=8)
         unjudged = all(r[f"{c}_f1"] is None for r in records)
         ax.set_title(c + (" (not judged)" if unjudged else ""))
         ax.set_xticks(range(len(methods)), methods)
+    top = max((r[f"{c}_{kind}"] or 0) + (r[f"{c}_{kind}_std"] or 0)
+              for r in records for c in COMPONENTS for kind in ("coverage", "f1"))
+    axes[0].set_ylim(0, max(10.0, 1.2 * top))
     axes[0].set_ylabel("percent")
     axes[0].legend()
     fig.suptitle(title)
@@ -64,7 +77,9 @@ def steps(records, path: Path) -> None:
         ax.bar(xs, [r["rediscovered"] for r in rows], width=width, bottom=[r["new"] for r in rows],
                label=f"{method} re-discovered", alpha=0.5)
     ax.set(xlabel="step", ylabel="findings per instance", title="New vs re-discovered findings per step")
-    ax.legend()
+    ax.set_xticks(sorted({r["step"] for r in records}))
+    ax.set_ylim(0, 1.4 * max([r["new"] + r["rediscovered"] for r in records] + [0.5]))  # room for the legend
+    ax.legend(ncol=2, fontsize=8, loc="upper right")
     _save(fig, path)
 
 
