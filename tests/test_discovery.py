@@ -111,6 +111,20 @@ def test_unknown_evidence_ids_are_dropped_and_counted(workspace_instance):
     assert out.rounds[0].dropped_evidence == 2
 
 
+def test_a_unique_qualname_names_its_candidate_and_an_ambiguous_one_is_dropped(repository_instance):
+    a0, a1 = repository_instance.artifacts[:2]
+    q0, q1 = a0.id.partition("::")[2], a1.id.partition("::")[2]
+    assert q0 != q1
+    twin = a1.model_copy(update={"id": f"elsewhere/twin.py::{q1}"})
+    instance = repository_instance.model_copy(update={"artifacts": [a0, a1, twin]})
+    draft = {"description": "d", "evidence_ids": [q0, q1, "made_up", a0.id], "patch": "", "used_template_id": "", "why": ""}
+    with dspy.context(lm=DummyLM([{"findings": [draft]}])):
+        out = SingleAgent("repository")(instance)
+    assert out.findings[0].evidence == [a0.id]
+    record = out.rounds[0]
+    assert (record.dropped_evidence, record.dropped_ids, record.aliased_evidence) == (2, [q1, "made_up"], 1)
+
+
 def test_action_outside_the_library_is_flagged(workspace_instance):
     draft = ws_draft(workspace_instance, 3)
     draft["action_id"] = "act_notreal"

@@ -16,11 +16,12 @@ from rapidfuzz import fuzz
 
 from tide_dspy.backbones.usage import entries_since, usage_mark, usage_tokens
 from tide_dspy.schemas import Finding, Instance, RoundRecord, Template
-from tide_dspy.settings import NO_GUIDANCE, Setting, get_setting, render_templates
+from tide_dspy.settings import NO_GUIDANCE, Hygiene, Setting, get_setting, render_templates
 
 log = logging.getLogger(__name__)
 
 GUIDANCE_KINDS = ("templates", "none", "demos")
+DROPPED_IDS_KEPT = 20  # per round record
 
 
 def is_same_finding(a: Finding, b: Finding, threshold: float) -> bool:
@@ -184,25 +185,22 @@ class DiscoveryProgram(dspy.Module):
         out.input_tokens, out.output_tokens = usage_tokens(entries)
         return out
 
-    def clean(self, drafts: list, instance: Instance, round_no: int) -> tuple[list[Finding], int, int]:
-        findings, dropped, flagged = [], 0, 0
-        for d in drafts:
-            f, h = self.setting.clean(d, instance, round_no)
-            dropped += h.dropped_evidence
-            flagged += bool(h.flags)
-            findings.append(f)
-        return findings, dropped, flagged
+    def clean(self, drafts: list, instance: Instance, round_no: int) -> tuple[list[Finding], list[Hygiene]]:
+        cleaned = [self.setting.clean(d, instance, round_no) for d in drafts]
+        return [f for f, _ in cleaned], [h for _, h in cleaned]
 
     def run_round(self, instance: Instance, state: DiscoveryState, round_no: int, max_new: int,
                   rollout: int | None = None, temperature: float | None = None) -> tuple[DiscoveryState, RoundRecord]:
         t0 = time.perf_counter()
         out = self.call_round(instance, list(state.findings), max_new, rollout, temperature)
-        findings, dropped, flagged = self.clean(out.drafts, instance, round_no)
+        findings, hygiene = self.clean(out.drafts, instance, round_no)
+        dropped = [i for h in hygiene for i in h.dropped_ids]
         next_state, new, rediscovered = state.extend(findings, self.dedup_threshold)
         record = RoundRecord(
             round=round_no, new=new, rediscovered=rediscovered, lm_calls=out.lm_calls,
             input_tokens=out.input_tokens, output_tokens=out.output_tokens,
-            parse_failures=out.parse_failures, dropped_evidence=dropped, flagged=flagged,
+            parse_failures=out.parse_failures, dropped_evidence=len(dropped), dropped_ids=dropped[:DROPPED_IDS_KEPT],
+            aliased_evidence=sum(h.aliased for h in hygiene), flagged=sum(bool(h.flags) for h in hygiene),
             failed=out.error is not None, aborted=out.aborted, error=out.error,
             seconds=round(time.perf_counter() - t0, 3),
         )

@@ -147,6 +147,8 @@ class RoundRecord(BaseModel):
     output_tokens: int | None = None
     parse_failures: int = 0
     dropped_evidence: int = 0
+    dropped_ids: list[str] = Field(default_factory=list)  # the first few, to see what the model wrote
+    aliased_evidence: int = 0
     flagged: int = 0
     failed: bool = False
     aborted: bool = False  # failed for a reason a retry cannot fix (context window, auth): the run stops

@@ -26,10 +26,15 @@ NO_GUIDANCE = "(none)"
 
 @dataclass(frozen=True)
 class Hygiene:
-    """What cleaning one draft removed or flagged."""
+    """What cleaning one draft removed, resolved or flagged."""
 
-    dropped_evidence: int = 0
+    dropped_ids: tuple[str, ...] = ()
+    aliased: int = 0  # ids written in a short form that names exactly one artifact (see evidence_aliases)
     flags: tuple[str, ...] = ()
+
+    @property
+    def dropped_evidence(self) -> int:
+        return len(self.dropped_ids)
 
 
 def render_templates(templates: list[Template]) -> str:
@@ -87,15 +92,31 @@ class Setting:
     def render_context(self, instance: Instance) -> str:
         return "\n\n".join(self.render_artifact(a) for a in instance.artifacts)
 
+    def evidence_aliases(self, instance: Instance) -> dict[str, str]:
+        """Short forms of ids that name exactly one artifact, mapped to the full id. None by default."""
+        return {}
+
+    def resolve_evidence(self, ids: list[str], instance: Instance) -> tuple[list[str], list[str], int]:
+        """(the instance's ids, in order and de-duplicated; the ids it lacks; how many came from an alias)."""
+        known, aliases = instance.artifact_ids, self.evidence_aliases(instance)
+        evidence, dropped, aliased = [], [], 0
+        for raw in ids:
+            i = raw.strip()
+            if i not in known and i in aliases:
+                i, aliased = aliases[i], aliased + 1
+            if i in known:
+                evidence.append(i)
+            else:
+                dropped.append(raw)
+        return list(dict.fromkeys(evidence)), dropped, aliased
+
     def render_evidence(self, instance: Instance, problem: GoldProblem) -> str:
         by_id = {a.id: a for a in instance.artifacts}
         return "\n\n".join(self.render_artifact(by_id[e]) for e in problem.evidence)
 
     def clean(self, draft: Any, instance: Instance, round_no: int) -> tuple[Finding, Hygiene]:
-        """Drop evidence ids the instance lacks (counted) and flag what the setting's checks reject."""
-        known = instance.artifact_ids
-        evidence = list(dict.fromkeys(i.strip() for i in draft.evidence_ids if i.strip() in known))
-        dropped = len(draft.evidence_ids) - len(evidence)
+        """Drop evidence ids the instance lacks (recorded) and flag what the setting's checks reject."""
+        evidence, dropped, aliased = self.resolve_evidence(list(draft.evidence_ids), instance)
         fields, flags = self.resolution(draft, instance)
         if not evidence:
             flags.append("no_valid_evidence")
@@ -108,7 +129,7 @@ class Setting:
             flags=flags,
             **fields,
         )
-        return finding, Hygiene(dropped, tuple(flags))
+        return finding, Hygiene(tuple(dropped), aliased, tuple(flags))
 
     def render_demo(self, instance: Instance, problem: GoldProblem) -> str:
         """A raw solved example, used in place of templates by the Iter + Demos ablation."""
@@ -195,6 +216,14 @@ class RepositorySetting(Setting):
     def render_artifact(a) -> str:
         p = a.payload
         return f"### {a.id} ({p.get('path')} lines {p.get('start_line')}-{p.get('end_line')})\n{p.get('code', '')}"
+
+    def evidence_aliases(self, instance: Instance) -> dict[str, str]:
+        """`Class.method` for `path.py::Class.method`, when no other candidate of the instance has that qualname.
+        Models often drop the path; an ambiguous qualname stays unknown and is dropped."""
+        by_qualname: dict[str, list[str]] = {}
+        for a in instance.artifacts:
+            by_qualname.setdefault(a.id.partition("::")[2], []).append(a.id)
+        return {q: ids[0] for q, ids in by_qualname.items() if q and len(ids) == 1}
 
     def round_inputs(self, instance, guidance, found, max_new):
         return dict(
