@@ -54,3 +54,13 @@ def test_mean_std_ignores_unjudged_components():
     assert analysis.mean_std([None, None]) == (None, None)
     mu, sd = analysis.mean_std([0.2, 0.4, None])
     assert abs(mu - 0.3) < 1e-12 and abs(sd - 0.1) < 1e-12
+
+
+def test_output_hygiene_counts_what_the_answers_were_made_of():
+    rounds = [{"dropped_evidence": 2, "aliased_evidence": 1, "parse_failures": 1, "failed": False, "lm_calls": 2},
+              {"dropped_evidence": 1, "parse_failures": 3, "failed": True, "lm_calls": 3}]
+    rows = [{**row([{"evidence": ["a1"]}, {"evidence": []}], rounds), "seconds": 1.25},
+            {**row([], []), "error": "boom", "seconds": 0.5}]
+    assert analysis.output_hygiene(rows) == {
+        "instances": 2, "errors": 1, "findings": 2, "with_valid_evidence": 1, "dropped_ids": 3, "aliased_ids": 1,
+        "parse_failures": 4, "failed_rounds": 1, "lm_calls": 5, "seconds": 1.8}

@@ -59,7 +59,8 @@ def test_experiments_write_tables_plots_and_meta(run_module, tmp_path, repositor
     assert [int(r["pool_size"]) for r in pools] == [0, 1]
     demos = list(csv.DictReader((out / "demos.csv").open()))
     assert [r["method"] for r in demos] == ["iter-demos", "tide"]
-    for name in ("poolsize.png", "table1.png", "steps.png", "rounds.png", "budget.png", "per_instance.png", "table1.md"):
+    for name in ("poolsize.png", "table1.png", "steps.png", "rounds.png", "budget.png", "per_instance.png", "table1.md",
+                 "table1_hygiene.csv"):
         assert (out / name).stat().st_size > 0
     meta = json.loads((out / "meta-table1.json").read_text())
     assert meta["judge"] == "proxy-lexical" and meta["instances"] == [repository_instance.instance_id]

@@ -82,6 +82,25 @@ def per_instance_counts(rows: list[dict], instances: dict[str, Instance]) -> lis
     return out
 
 
+def output_hygiene(rows: list[dict]) -> dict[str, float | int]:
+    """What the model's answers were made of: findings, how many kept a valid evidence id, ids dropped or resolved
+    from an alias, unparseable answers, failed rounds, LM calls and seconds. Explains a score of zero."""
+    rounds = [rec for r in rows for rec in r.get("rounds") or []]
+    findings = [f for r in rows for f in r.get("findings") or []]
+    return {
+        "instances": len(rows),
+        "errors": sum(1 for r in rows if r.get("error")),
+        "findings": len(findings),
+        "with_valid_evidence": sum(1 for f in findings if f.get("evidence")),
+        "dropped_ids": sum(rec.get("dropped_evidence", 0) for rec in rounds),
+        "aliased_ids": sum(rec.get("aliased_evidence", 0) for rec in rounds),
+        "parse_failures": sum(rec.get("parse_failures", 0) for rec in rounds),
+        "failed_rounds": sum(1 for rec in rounds if rec.get("failed")),
+        "lm_calls": sum(rec.get("lm_calls", 0) for rec in rounds),
+        "seconds": round(sum(r.get("seconds", 0) for r in rows), 1),
+    }
+
+
 def coverage_by_gold_count(rows: list[dict], instances: dict[str, Instance]) -> dict[int, float]:
     groups: dict[int, list[float]] = defaultdict(list)
     for c in per_instance_counts(rows, instances):
