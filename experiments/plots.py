@@ -127,14 +127,27 @@ def poolsize(records, path: Path) -> None:
            "F1 against template pool size")
 
 
+def _short_id(instance_id: str) -> str:
+    """`pylint-dev__pylint__multi-05` -> `pylint/multi-05`; workspace ids are cut to fit."""
+    parts = instance_id.split("__")
+    return "/".join(parts[-2:]) if len(parts) > 1 else instance_id.removeprefix("ws-")[:20]
+
+
 def per_instance(records, path: Path) -> None:
-    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4))
-    a.bar(range(len(records)), [r["findings"] for r in records], label="findings")
-    a.plot(range(len(records)), [r["gold_problems"] for r in records], "k_", markersize=20, label="gold problems")
-    a.set(xlabel="instance", ylabel="count", title="Discovered problems per instance")
-    a.legend()
+    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4.5))
+    xs = range(len(records))
+    a.bar(xs, [r["findings"] for r in records], label="findings")
+    a.plot(xs, [r["gold_problems"] for r in records], "k_", markersize=20, mew=2, label="gold problems")
+    a.set_xticks(xs, [_short_id(r["instance_id"]) for r in records], rotation=30, ha="right", fontsize=8)
+    top = max([r["findings"] for r in records] + [r["gold_problems"] for r in records] + [1])
+    a.set_ylim(0, 1.3 * top)
+    a.yaxis.get_major_locator().set_params(integer=True)
+    a.set(ylabel="count", title="Discovered problems per instance")
+    a.legend(loc="upper right", fontsize=8)
     pts = [(r["gold_problems"], r["retrieval_coverage"]) for r in records if r["retrieval_coverage"] is not None]
     if pts:
         b.scatter(*zip(*pts))
-    b.set(xlabel="gold problems in instance", ylabel="retrieval coverage", title="Coverage by number of gold problems")
+        b.set_xticks(sorted({x for x, _ in pts}))
+    b.set(xlabel="gold problems in instance", ylabel="retrieval coverage", ylim=(-0.02, 1.02),
+          title="Coverage by number of gold problems")
     _save(fig, path)
