@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 
 import dspy
@@ -10,6 +11,7 @@ from dspy.utils.dummies import DummyLM
 
 from tide_dspy.discovery import TIDE, DiscoveryProgram, DiscoveryState, MultiAgent, SingleAgent
 from tide_dspy.schemas import Finding, Template
+from tide_dspy.settings import get_setting
 
 TEMPLATES = [
     Template(id="ws-t01", name="Verbal approval not recorded", pattern="an approval said aloud never reached the system",
@@ -170,6 +172,22 @@ def test_unparseable_round_is_retried_recorded_and_the_run_goes_on(workspace_ins
     assert first.failed and first.parse_failures == 3 and first.error
     assert out.rounds[1].new == 1 and not out.rounds[1].failed
     assert len(out.findings) == 1
+
+
+def test_complete_findings_of_an_answer_cut_off_at_max_tokens_are_kept(workspace_instance):
+    good = ws_draft(workspace_instance, 0)
+    cut = json.dumps({"findings": [good]})[:-2] + ', {"description": "half a sent'  # as cut at max_tokens
+    setting = get_setting("workspace")
+    assert [d.description for d in setting.complete_drafts(cut)] == [good["description"]]
+    assert setting.complete_drafts("not json at all") == [] and setting.complete_drafts(None) == []
+
+    adapter = dspy.JSONAdapter()
+    lm = DummyLM([{"findings": [good, {"description": "cut"}]}, {"findings": []}], adapter=adapter)
+    with dspy.context(lm=lm, adapter=adapter):
+        out = TIDE("workspace", max_rounds=2, per_round=1)(workspace_instance)
+    first = out.rounds[0]
+    assert (first.parse_failures, first.salvaged, first.failed, first.new) == (1, 1, False, 1)
+    assert lm.history and len(out.findings) == 1  # kept without a retry
 
 
 def test_every_program_runs_on_a_repository_instance(repository_instance):

@@ -58,6 +58,7 @@ class CallOutcome:
     input_tokens: int | None = None
     output_tokens: int | None = None
     parse_failures: int = 0
+    salvaged: int = 0
     error: str | None = None
     aborted: bool = False
 
@@ -174,6 +175,12 @@ class DiscoveryProgram(dspy.Module):
             except AdapterParseError as exc:
                 out.parse_failures += 1
                 out.error = f"{type(exc).__name__}: {str(exc)[:300]}"
+                # An answer cut off at max_tokens, or with one malformed item, still holds complete findings:
+                # keep those rather than ask again (at temperature 0 a retry costs as much and often ends the same).
+                complete = self.setting.complete_drafts(exc.lm_response)
+                if complete:
+                    out.drafts, out.salvaged, out.error = complete[:max_new], len(complete), None
+                    break
                 log.warning("round output unparseable (attempt %d/%d): %s", attempt + 1, self.max_retries + 1, out.error)
             except Exception as exc:  # noqa: BLE001 - recorded in the round; the caller decides to stop
                 out.error = f"{type(exc).__name__}: {str(exc)[:300]}"
@@ -199,7 +206,7 @@ class DiscoveryProgram(dspy.Module):
         record = RoundRecord(
             round=round_no, new=new, rediscovered=rediscovered, lm_calls=out.lm_calls,
             input_tokens=out.input_tokens, output_tokens=out.output_tokens,
-            parse_failures=out.parse_failures, dropped_evidence=len(dropped), dropped_ids=dropped[:DROPPED_IDS_KEPT],
+            parse_failures=out.parse_failures, salvaged=out.salvaged, dropped_evidence=len(dropped), dropped_ids=dropped[:DROPPED_IDS_KEPT],
             aliased_evidence=sum(h.aliased for h in hygiene), flagged=sum(bool(h.flags) for h in hygiene),
             failed=out.error is not None, aborted=out.aborted, error=out.error,
             seconds=round(time.perf_counter() - t0, 3),

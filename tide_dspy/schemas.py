@@ -146,6 +146,7 @@ class RoundRecord(BaseModel):
     input_tokens: int | None = None
     output_tokens: int | None = None
     parse_failures: int = 0
+    salvaged: int = 0  # complete findings kept from an answer that failed to parse as a whole
     dropped_evidence: int = 0
     dropped_ids: list[str] = Field(default_factory=list)  # the first few, to see what the model wrote
     aliased_evidence: int = 0

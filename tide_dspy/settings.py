@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import dspy
+import json_repair
+from pydantic import ValidationError
 
 from tide_dspy import signatures as sig
 from tide_dspy.schemas import (
@@ -91,6 +93,22 @@ class Setting:
 
     def render_context(self, instance: Instance) -> str:
         return "\n\n".join(self.render_artifact(a) for a in instance.artifacts)
+
+    def complete_drafts(self, lm_response: Any) -> list:
+        """The findings of an unparseable answer that validate on their own (e.g. all but an item cut off at
+        max_tokens); [] when there are none."""
+        try:
+            data = json_repair.loads(lm_response) if isinstance(lm_response, str) else None
+        except Exception:  # noqa: BLE001 - any failure here means nothing to keep
+            return []
+        items = data.get("findings") if isinstance(data, dict) else None
+        drafts = []
+        for item in items if isinstance(items, list) else []:
+            try:
+                drafts.append(self.draft_type.model_validate(item))
+            except ValidationError:
+                continue
+        return drafts
 
     def evidence_aliases(self, instance: Instance) -> dict[str, str]:
         """Short forms of ids that name exactly one artifact, mapped to the full id. None by default."""
