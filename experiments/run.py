@@ -23,8 +23,8 @@ from pathlib import Path
 import dspy
 
 from tide_dspy import analysis
-from tide_dspy.backbones import adapter_for, describe_lm, get_lm
-from tide_dspy.cli.common import add_lm_options
+from tide_dspy.backbones import adapter_for, describe_lm
+from tide_dspy.cli.common import add_lm_options, lm_for
 from tide_dspy.data import load_instances
 from tide_dspy.evaluation import data_path, evaluate, read_rows, select_instances
 from tide_dspy.metrics import InstanceScore, aggregate, make_judge
@@ -240,8 +240,7 @@ def demos(args, instances, out, lm, judge) -> dict:
 def transfer(args, instances, out, lm_unused, judge) -> dict:
     records = []
     for inference in args.backbones:
-        lm = get_lm(inference, api_base=args.api_base, temperature=args.temperature, max_tokens=args.max_tokens,
-                    num_threads=args.threads)
+        lm = lm_for(args, inference)
         for source in args.template_sources:
             program = make_program("tide", args, template_library(args, source_backbone=source))
             raw = run_raw(args, {f"tide-{inference}-with-{source}": program}, instances, out, lm, judge)
@@ -329,8 +328,7 @@ def main(argv=None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     instances = chosen_instances(args)
     print(f"{len(instances)} instances: {', '.join(i.instance_id for i in instances)}", flush=True)
-    lm = get_lm(args.backbone, api_base=args.api_base, temperature=args.temperature, max_tokens=args.max_tokens,
-                num_threads=args.threads)
+    lm = lm_for(args)
     if args.runs > 1 and not lm.kwargs.get("temperature"):
         print("--runs > 1 at temperature 0 would repeat one sample: using temperature 0.7 for every run")
         lm = lm.copy(temperature=0.7)

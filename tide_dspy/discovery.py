@@ -206,7 +206,8 @@ class DiscoveryProgram(dspy.Module):
         record = RoundRecord(
             round=round_no, new=new, rediscovered=rediscovered, lm_calls=out.lm_calls,
             input_tokens=out.input_tokens, output_tokens=out.output_tokens,
-            parse_failures=out.parse_failures, salvaged=out.salvaged, dropped_evidence=len(dropped), dropped_ids=dropped[:DROPPED_IDS_KEPT],
+            parse_failures=out.parse_failures, salvaged=out.salvaged,
+            dropped_evidence=len(dropped), dropped_ids=dropped[:DROPPED_IDS_KEPT],
             aliased_evidence=sum(h.aliased for h in hygiene), flagged=sum(bool(h.flags) for h in hygiene),
             failed=out.error is not None, aborted=out.aborted, error=out.error,
             seconds=round(time.perf_counter() - t0, 3),

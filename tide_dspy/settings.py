@@ -34,10 +34,6 @@ class Hygiene:
     aliased: int = 0  # ids written in a short form that names exactly one artifact (see evidence_aliases)
     flags: tuple[str, ...] = ()
 
-    @property
-    def dropped_evidence(self) -> int:
-        return len(self.dropped_ids)
-
 
 def render_templates(templates: list[Template]) -> str:
     if not templates:

@@ -16,15 +16,22 @@ def add_lm_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads", type=int, default=None, help="CPU threads for the embedded backbone")
 
 
+def lm_for(args: argparse.Namespace, backbone: str | None = None):
+    """The LM of `backbone` (default: --backbone) with the shared LM options applied."""
+    from tide_dspy.backbones import get_lm
+
+    return get_lm(backbone or args.backbone, api_base=args.api_base, temperature=args.temperature,
+                  max_tokens=args.max_tokens, num_threads=args.threads)
+
+
 def lm_from_args(args: argparse.Namespace):
     """The backbone LM named by the options. For the embedded engine it also selects the JSON adapter, whose
     schema grammar makes the small models' output parse (experiments/bench_backbone.py: 5/5 against 3/5)."""
     import dspy
 
-    from tide_dspy.backbones import adapter_for, get_lm
+    from tide_dspy.backbones import adapter_for
 
-    lm = get_lm(args.backbone, api_base=args.api_base, temperature=args.temperature,
-                max_tokens=args.max_tokens, num_threads=args.threads)
+    lm = lm_for(args)
     adapter = adapter_for(lm)
     if adapter is not None:
         dspy.configure(adapter=adapter)

@@ -17,7 +17,6 @@ from tide_dspy.cli.common import add_lm_options, lm_from_args
 from tide_dspy.schemas import SETTING_NAMES
 
 
-
 def make_lm(args: argparse.Namespace):
     """The backbone LM. Tests replace this function to inject a DummyLM."""
     return lm_from_args(args)

@@ -18,7 +18,6 @@ from tide_dspy.schemas import SETTING_NAMES, Instance
 logger = logging.getLogger(__name__)
 
 
-
 class InvalidRecordError(ValueError):
     """A JSONL line that is not a valid instance. The message names the file, the 1-based line and the field."""
 
