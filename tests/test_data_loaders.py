@@ -39,7 +39,7 @@ def _by_split(instances):
             for s in ("train", "test")}
 
 
-def test_workspace_counts(hf_cache):
+def test_workspace_counts(hf_cache, workspace_records):
     instances = load_instances(WORKSPACE_JSONL.parent, cache_dir=hf_cache)
     assert (len(instances), sum(len(i.problems) for i in instances)) == (6, 31)
     assert _by_split(instances) == {"train": (2, 10), "test": (4, 21)}
@@ -60,7 +60,7 @@ def test_repository_counts(repository_instances):
     assert all(i.setting == "repository" and i.artifacts[0].kind == "function" for i in instances)
 
 
-def test_split_filter_and_examples(hf_cache):
+def test_split_filter_and_examples(hf_cache, workspace_records):
     test = load_instances(WORKSPACE_JSONL, split="test", cache_dir=hf_cache)
     assert [i.split for i in test] == ["test"] * 4
     examples = to_examples(test)
