@@ -8,6 +8,7 @@ from tide_dspy.backbones.registry import (
     describe_lm,
     get_lm,
     resolve,
+    serializes_calls,
 )
 
-__all__ = ["BACKBONES", "DEFAULT_BACKBONE", "Backbone", "adapter_for", "describe_lm", "get_lm", "resolve"]
+__all__ = ["BACKBONES", "DEFAULT_BACKBONE", "Backbone", "adapter_for", "describe_lm", "get_lm", "resolve", "serializes_calls"]

@@ -1,7 +1,7 @@
 """Named backbones and how to build a `dspy.LM` for each.
 
 Settings come from arguments, else the environment (TIDE_TEMPERATURE, TIDE_MAX_TOKENS, TIDE_NUM_THREADS,
-TIDE_N_CTX, TIDE_API_BASE, TIDE_SERVED_MODEL, TIDE_CONSTRAINED), else the backbone's defaults. API keys
+TIDE_N_CTX, TIDE_API_BASE, TIDE_SERVED_MODEL, TIDE_SERVER_SCHEMA, TIDE_SERVER_TIMEOUT, TIDE_CONSTRAINED), else the backbone's defaults. API keys
 are read only from the environment by the provider client (OPENAI_API_KEY, ANTHROPIC_API_KEY, ...;
 TIDE_API_KEY for an openai-compatible server) and never pass through tide-dspy's own arguments.
 """
@@ -17,6 +17,7 @@ import dspy
 from dspy.clients.base_lm import LM_CLASS_STATE_KEY
 
 from tide_dspy.backbones.llamacpp import DEFAULT_MAX_TOKENS, DEFAULT_N_CTX, LlamaCppEngine
+from tide_dspy.backbones.served import ServedEngine
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
@@ -42,8 +43,9 @@ BACKBONES: dict[str, Backbone] = {b.name: b for b in (
     Backbone("gemini-3.5-flash", "hosted", "gemini/gemini-3.5-flash", "GEMINI_API_KEY"),
     Backbone("qwen-3.6-flash", "hosted", "dashscope/qwen3.6-flash", "DASHSCOPE_API_KEY", verified=False,
              note="Alibaba Model Studio id assumed; not in LiteLLM's model map here, so unverified"),
-    # hosted_vllm/ sends max_tokens (openai/ sends max_completion_tokens, which llama.cpp's server ignores).
-    Backbone("openai-compatible", "openai-compatible", "hosted_vllm", "TIDE_API_KEY",
+    # Our own engine (backbones.served): it sends max_tokens (llama.cpp's server ignores max_completion_tokens)
+    # and the output schema in the server's dialect.
+    Backbone("openai-compatible", "openai-compatible", "openai-compatible", "TIDE_API_KEY",
              note="vLLM or `python -m llama_cpp.server`; needs --api-base / TIDE_API_BASE"),
 )}
 
@@ -101,7 +103,9 @@ def get_lm(name: str = DEFAULT_BACKBONE, *, api_base: str | None = None, tempera
            max_tokens: int | None = None, num_threads: int | None = None, **kw) -> dspy.LM:
     """A `dspy.LM` for a backbone name or raw DSPy model string.
 
-    Extra keywords: n_ctx, constrained, require_items, seed (local); model (the served model name, openai-compatible);
+    Extra keywords: n_ctx, constrained, require_items, seed (local); model (the served model name), server_schema
+    (json_schema | llama.cpp | off: the dialect of the output schema, see backbones.served) and timeout
+    (seconds per call) for openai-compatible;
     anything else goes to `dspy.LM` (e.g. cache=False, num_retries=...). Keys are refused: set them in
     the environment.
     """
@@ -110,6 +114,7 @@ def get_lm(name: str = DEFAULT_BACKBONE, *, api_base: str | None = None, tempera
         raise ValueError(f"get_lm does not take credentials ({', '.join(secret_args)}); set the provider's "
                          "environment variable instead (e.g. OPENAI_API_KEY, or TIDE_API_KEY for openai-compatible)")
     backbone = resolve(name)
+    server_schema = kw.pop("server_schema", None)  # only openai-compatible servers take it
     api_base = _pick(api_base, "TIDE_API_BASE", str, None)
     if api_base and urlsplit(api_base).password:
         raise ValueError("api_base must not carry credentials (user:password@host); "
@@ -136,10 +141,14 @@ def get_lm(name: str = DEFAULT_BACKBONE, *, api_base: str | None = None, tempera
         if not api_base:
             raise ValueError("backbone 'openai-compatible' needs a server address: pass --api-base / api_base= "
                              "or set TIDE_API_BASE (e.g. http://localhost:8000/v1)")
-        served = kw.pop("model", None) or os.environ.get("TIDE_SERVED_MODEL") or "default"
-        key = os.environ.get(backbone.key_env)
-        lm = dspy.LM(f"{backbone.model}/{served}", api_base=api_base, temperature=temperature,
-                     max_tokens=max_tokens or DEFAULT_MAX_TOKENS, **({"api_key": key} if key else {}), **kw)
+        engine = ServedEngine(
+            api_base, kw.pop("model", None) or os.environ.get("TIDE_SERVED_MODEL") or "default",
+            schema_format=_pick(server_schema, "TIDE_SERVER_SCHEMA", str, "json_schema"),
+            max_tokens=max_tokens or DEFAULT_MAX_TOKENS, temperature=temperature,
+            timeout=_pick(kw.pop("timeout", None), "TIDE_SERVER_TIMEOUT", float, 600.0))
+        # The schema format is part of DSPy's cache key: outputs decoded under another grammar must not be replayed.
+        lm = dspy.LM(f"openai-compatible/{engine.model}-{engine.schema_format}", engine=engine,
+                     temperature=temperature, max_tokens=engine.max_tokens, **kw)
     else:
         lm = dspy.LM(backbone.model, temperature=temperature, max_tokens=max_tokens,
                      **({"api_base": api_base} if api_base else {}), **kw)
@@ -186,10 +195,18 @@ def describe_lm(lm) -> dict:
     return {k: v for k, v in info.items() if v not in (None, {}, []) and k != LM_CLASS_STATE_KEY}
 
 
+def serializes_calls(lm) -> bool:
+    """True when the LM runs on the embedded engine, whose calls take turns on one model per process."""
+    return isinstance(getattr(lm, "engine", None), LlamaCppEngine)
+
+
 def adapter_for(lm):
     """The adapter that parses best on this LM: JSONAdapter (schema grammar) for a constrained embedded engine,
-    where the bench measured 5/5 first-time parses against 3/5 for ChatAdapter; otherwise None (DSPy's default)."""
+    where the bench measured 5/5 first-time parses against 3/5 for ChatAdapter, and for a served backbone that
+    takes the schema; otherwise None (DSPy's default)."""
     engine = getattr(lm, "engine", None)
     if isinstance(engine, LlamaCppEngine) and engine.constrained:
+        return dspy.JSONAdapter()
+    if isinstance(engine, ServedEngine) and engine.supports_response_schema:
         return dspy.JSONAdapter()
     return None

@@ -14,6 +14,9 @@ def add_lm_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--temperature", type=float, default=None)
     parser.add_argument("--max-tokens", type=int, default=None)
     parser.add_argument("--threads", type=int, default=None, help="CPU threads for the embedded backbone")
+    parser.add_argument("--server-schema", default=None, choices=("json_schema", "llama.cpp", "off"),
+                        help="how an openai-compatible server takes the output schema: json_schema (vLLM, OpenAI; "
+                             "default), llama.cpp (python -m llama_cpp.server), off (default: $TIDE_SERVER_SCHEMA)")
 
 
 def lm_for(args: argparse.Namespace, backbone: str | None = None):
@@ -21,7 +24,8 @@ def lm_for(args: argparse.Namespace, backbone: str | None = None):
     from tide_dspy.backbones import get_lm
 
     return get_lm(backbone or args.backbone, api_base=args.api_base, temperature=args.temperature,
-                  max_tokens=args.max_tokens, num_threads=args.threads)
+                  max_tokens=args.max_tokens, num_threads=args.threads,
+                  **({"server_schema": args.server_schema} if getattr(args, "server_schema", None) else {}))
 
 
 def lm_from_args(args: argparse.Namespace):

@@ -1,0 +1,104 @@
+"""The openai-compatible backbone: the output schema goes out in the server's dialect, keys stay out of state."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+from typing import Literal
+
+import dspy
+import pytest
+from pydantic import BaseModel, Field
+
+from tide_dspy.backbones import adapter_for, describe_lm, get_lm
+from tide_dspy.backbones.served import ServedEngine
+
+STUB_PY = Path(__file__).resolve().parents[1] / "experiments" / "stub_server.py"
+
+
+def _stub_module():
+    spec = importlib.util.spec_from_file_location("stub_server", STUB_PY)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+StubServer = _stub_module().StubServer
+
+
+class Pick(BaseModel):
+    evidence_id: Literal["F1", "F2"]
+    score: int = Field(ge=1, le=5)
+
+
+class Choose(dspy.Signature):
+    """Pick one."""
+
+    question: str = dspy.InputField()
+    pick: Pick = dspy.OutputField()
+
+
+def _answer(body):
+    return json.dumps({"pick": {"evidence_id": "F2", "score": 4}})
+
+
+def _ask(lm):
+    with dspy.context(lm=lm, adapter=adapter_for(lm)):
+        return dspy.Predict(Choose)(question="which?").pick
+
+
+def test_llama_cpp_dialect_sends_json_object_with_the_schema():
+    with StubServer(answer=_answer) as stub:
+        lm = get_lm("openai-compatible", api_base=stub.api_base, server_schema="llama.cpp", max_tokens=50)
+        assert _ask(lm) == Pick(evidence_id="F2", score=4)
+    body = stub.requests[0]
+    fmt = body["response_format"]
+    assert fmt["type"] == "json_object" and set(fmt) == {"type", "schema"}
+    pick = fmt["schema"]["properties"]["pick"]
+    defs = fmt["schema"].get("$defs", {})
+    schema = defs[pick["$ref"].split("/")[-1]] if "$ref" in pick else pick
+    assert schema["properties"]["evidence_id"]["enum"] == ["F1", "F2"]  # the grounded enum reaches the server
+    assert schema["properties"]["score"]["maximum"] == 5
+    assert body["max_tokens"] == 50 and "max_completion_tokens" not in body
+
+
+def test_openai_dialect_for_vllm_sends_json_schema():
+    with StubServer(answer=_answer) as stub:
+        lm = get_lm("openai-compatible", api_base=stub.api_base)
+        assert lm.engine.schema_format == "json_schema"
+        _ask(lm)
+    fmt = stub.requests[0]["response_format"]
+    assert fmt["type"] == "json_schema" and "pick" in fmt["json_schema"]["schema"]["properties"]
+
+
+def test_off_sends_no_response_format_and_chat_adapter_text():
+    with StubServer() as stub:
+        lm = get_lm("openai-compatible", api_base=stub.api_base, server_schema="off")
+        assert adapter_for(lm) is None
+        with dspy.context(lm=lm):
+            out = dspy.Predict("question -> answer")(question="hi")
+    assert "response_format" not in stub.requests[0] and out.answer == ""
+
+
+def test_a_refused_format_says_which_setting_to_use():
+    with StubServer(status=422, error_body="response_format: Input should be 'text' or 'json_object'") as stub:
+        lm = get_lm("openai-compatible", api_base=stub.api_base, num_retries=0)
+        with pytest.raises(Exception, match="TIDE_SERVER_SCHEMA=llama.cpp"):
+            _ask(lm)
+
+
+def test_a_bad_schema_format_is_refused_by_name(monkeypatch):
+    monkeypatch.setenv("TIDE_SERVER_SCHEMA", "grammar")
+    with pytest.raises(ValueError, match="schema format 'grammar'.*TIDE_SERVER_SCHEMA"):
+        get_lm("openai-compatible", api_base="http://127.0.0.1:1/v1")
+
+
+def test_the_key_goes_to_the_server_and_nowhere_else(monkeypatch):
+    monkeypatch.setenv("TIDE_API_KEY", "SENTINEL-server-key")
+    with StubServer(answer=_answer) as stub:
+        lm = get_lm("openai-compatible", api_base=stub.api_base, server_schema="llama.cpp")
+        _ask(lm)
+    assert stub.headers[0]["Authorization"] == "Bearer SENTINEL-server-key"
+    assert "SENTINEL" not in json.dumps(describe_lm(lm)) + json.dumps(lm.dump_state(), default=str)
+    assert ServedEngine.load_state(lm.engine.dump_state()).dump_state() == lm.engine.dump_state()
