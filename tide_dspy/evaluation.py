@@ -1,6 +1,7 @@
 """Run a program over instances, score each one, and write one JSONL row per instance as soon as it is done.
 
-Resumable: with resume=True, instance ids already scored in out_path are skipped (rows that ended in an error are
+With workers > 1, instances run concurrently on a thread pool (DSPy LMs are thread-safe); each row is still
+written as soon as its instance finishes, in finishing order. Resumable: with resume=True, instance ids already scored in out_path are skipped (rows that ended in an error are
 rerun), so a crash loses no finished instance. Beside the results go config.json, summary.json and lm_usage.json,
 so a run can be read without rerunning it. A resumed run must use the same program, judge and model as the rows
 it continues (config.json says which); its instances and LM usage are added to those of the earlier sessions.
@@ -8,11 +9,14 @@ it continues (config.json says which); its instances and LM usage are added to t
 
 from __future__ import annotations
 
+import contextvars
 import json
 import logging
 import os
+import sys
 import time
 import traceback
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 import dspy
@@ -100,6 +104,55 @@ def _run_one(program, instance: Instance, judge, on_round) -> dict:
     )
 
 
+def check_workers(workers: int, lm) -> int:
+    """`workers`, validated; with more than one on the embedded engine, a note that its calls take turns."""
+    from tide_dspy.backbones import serializes_calls
+
+    if not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"--workers must be a whole number >= 1, got {workers!r}")
+    if workers > 1 and serializes_calls(lm):
+        print(f"note: --workers {workers} with the embedded llama.cpp backbone: its calls take turns on one model "
+              "(one lock per process), so instances overlap only outside the LM; serve the model "
+              "(llama.cpp server, vLLM) for concurrent calls", file=sys.stderr)
+    return workers
+
+
+def _run_all(program, todo: list[Instance], judge, workers: int, bar, lm, mark):
+    """Yield each instance's row as it finishes; the bar shows instances done, ETA and the LM's tokens so far."""
+    from tide_dspy.backbones.usage import entries_since, usage_tokens
+
+    def on_round_for(instance_id):
+        def on_round(record):
+            bar.set_postfix_str(f"{instance_id} round {record.round}: +{record.new} new", refresh=False)
+        return on_round
+
+    def run(instance):
+        return {"instance_id": instance.instance_id, **_run_one(program, instance, judge, on_round_for(instance.instance_id))}
+
+    def advance():
+        tokens_in, tokens_out = usage_tokens(entries_since(lm, mark)) if lm is not None else (None, None)
+        bar.set_postfix_str(f"LM tokens in {tokens_in or 0} out {tokens_out or 0}", refresh=False)
+        bar.update(1)
+
+    if workers == 1:
+        for instance in todo:
+            row = run(instance)
+            advance()
+            yield row
+        return
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="tide-eval") as pool:
+        # Each task gets its own copy of the caller's context, so dspy.context (the LM, the adapter) holds there too.
+        futures = [pool.submit(contextvars.copy_context().run, run, instance) for instance in todo]
+        try:
+            for future in as_completed(futures):
+                row = future.result()
+                advance()
+                yield row
+        finally:
+            for future in futures:
+                future.cancel()
+
+
 def evaluate(
     program,
     instances: list[Instance],
@@ -111,8 +164,10 @@ def evaluate(
     lm: dspy.BaseLM | None = None,
     method: str | None = None,
     config: dict | None = None,
+    workers: int = 1,
 ) -> dict:
-    """Score `program` on `instances`; returns metrics.aggregate(...) plus counts (n_run, n_resumed, n_failed)."""
+    """Score `program` on `instances`, `workers` at a time; returns metrics.aggregate(...) plus counts (n_run,
+    n_resumed, n_failed)."""
     from tide_dspy.programs import method_of
     from tide_dspy.backbones.usage import lm_usage, usage_mark
 
@@ -141,19 +196,17 @@ def evaluate(
             earlier_usage = _read_json(out_path.parent / "lm_usage.json")
         _write_json(out_path.parent / "config.json", run_conf)
 
-    bar = tqdm(todo, desc=f"evaluate {method}", unit="inst", disable=not progress)
+    workers = check_workers(workers, run_lm)
+    bar = tqdm(total=len(todo), desc=f"evaluate {method}", unit="inst", disable=not progress)
     with dspy.context(**({"lm": lm} if lm is not None else {})):
-        for instance in bar:
-            def on_round(record, _id=instance.instance_id):
-                bar.set_postfix_str(f"{_id} round {record.round}: +{record.new} new")
-
-            row = {"instance_id": instance.instance_id, "method": method,
-                   **_run_one(program, instance, judge, on_round)}
-            rows[instance.instance_id] = row
+        for row in _run_all(program, todo, judge, workers, bar, run_lm, marks["backbone"]):
+            row = {"instance_id": row.pop("instance_id"), "method": method, **row}
+            rows[row["instance_id"]] = row
             if out_path is not None:
                 with out_path.open("a") as f:
                     f.write(json.dumps(row, ensure_ascii=False) + "\n")
                     f.flush()
+    bar.close()
 
     scores = [rows[i.instance_id]["score"] for i in instances if i.instance_id in rows]
     result = metrics.aggregate(scores)

@@ -247,12 +247,17 @@ def tune(
     on_trial=None,
     progress: bool = False,
     base: dspy.Module | None = None,
+    workers: int = 1,
 ):
     """An Optuna study (resumable: load_if_exists) maximizing `metric` of TIDE on the validation part.
 
     Each trial builds TIDE with (T, k, a seeded subset of `library` of the trial's pool size), loads `base`'s
     predictor state (e.g. a compiled program's instructions) when given, and runs it on an LM copy at the
-    trial's temperature. `on_trial(trial, value, result)` is called after each finished trial."""
+    trial's temperature, `workers` validation instances at a time. `on_trial(trial, value, result)` is called
+    after each finished trial.
+
+    Several processes (or machines) may run tune() on one study: give them the same `storage` (an RDB URL such
+    as postgresql://...) and `study_name`; Optuna hands each its own trials."""
     import optuna
 
     from tide_dspy.evaluation import evaluate
@@ -279,7 +284,7 @@ def tune(
         if base is not None:
             program.load_state(base.dump_state())
         result = evaluate(program, valset, judge=judge, out_path=None, progress=progress,
-                          lm=lm.copy(temperature=params["temperature"]))
+                          lm=lm.copy(temperature=params["temperature"]), workers=workers)
         value = aggregate_value(result, metric)
         trial.set_user_attr("n_failed", result["n_failed"])
         if on_trial:

@@ -56,6 +56,12 @@ def _program_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--per-round", type=int, default=None, help="new findings per round k (default: the setting's)")
 
 
+def _workers_option(p: argparse.ArgumentParser, what: str) -> None:
+    p.add_argument("--workers", type=int, default=1,
+                   help=f"{what} at once (threads; default 1). Worth it against a served backbone (vLLM, llama.cpp "
+                        "server, a hosted API); the embedded engine runs one call at a time")
+
+
 def _split_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--metric", default="retrieval-f1",
                    help="component[-kind]: retrieval|identification|resolution|mean, kind f1 (default)|coverage")
@@ -77,6 +83,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     _program_options(c)
     _split_options(c)
     c.add_argument("--method", default="tide", help="program to compile (default: tide)")
+    _workers_option(c, "validation instances and optimizer evaluations")
     c.add_argument("--optimizer", default="copro",
                    help="miprov2 | copro | gepa | simba | bootstrap, or a path to an optimizer YAML")
     c.add_argument("--demos", type=int, default=None, help="demos per predictor (default: the optimizer's; 0 for "
@@ -97,6 +104,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                                      "templates.json)")
     t.add_argument("--program", default=None, help="start each trial from this program's instructions (default: "
                                                    "programs/<setting>/<backbone>/tide.json when it exists)")
+    _workers_option(t, "validation instances of a trial")
     t.add_argument("--trials", type=int, required=True, help="trials to run now (the study resumes across runs)")
     t.add_argument("--storage", default="sqlite:///optuna.db", help="Optuna storage URL (open it with optuna-dashboard)")
     t.add_argument("--study", default=None, help="study name (default: tide-<setting>-<backbone>)")
@@ -110,6 +118,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     src.add_argument("--program", default=None, help="a saved program: JSON path or models:/<name>/<version>")
     src.add_argument("--method", default=None, choices=("tide", "single", "multi", "iter", "iter-demos"))
     e.add_argument("--demos", type=int, default=3, help="solved train examples for iter-demos")
+    _workers_option(e, "instances")
     e.add_argument("--out", default=None, help="results folder (default: runs/<setting>/<backbone>/<method>-<split>)")
     again = e.add_mutually_exclusive_group()
     again.add_argument("--resume", action="store_true", help="skip instances already scored in --out")
@@ -285,13 +294,13 @@ def run_compile(args: argparse.Namespace) -> int:
         marks = (usage_mark(lm), usage_mark(getattr(judge, "lm", None)))
         t0 = time.perf_counter()
         before = evaluate(program, val, judge=judge, lm=lm, out_path=folder / "compile" / "val_before.jsonl",
-                          resume=False)
+                          resume=False, workers=args.workers)
         t1 = time.perf_counter()
         compiled = compile_program(program, train, val, args.optimizer, args.metric, judge=judge, demos=args.demos,
-                                   options=options, lm=lm, threads=1, autolog=track and args.autolog)
+                                   options=options, lm=lm, threads=args.workers, autolog=track and args.autolog)
         t2 = time.perf_counter()
         after = evaluate(compiled, val, judge=judge, lm=lm, out_path=folder / "compile" / "val_after.jsonl",
-                         resume=False)
+                         resume=False, workers=args.workers)
         seconds = {"before": round(t1 - t0, 1), "compile": round(t2 - t1, 1),
                    "after": round(time.perf_counter() - t2, 1)}
         metric_before, metric_after = aggregate_value(before, args.metric), aggregate_value(after, args.metric)
@@ -351,7 +360,7 @@ def run_tune(args: argparse.Namespace) -> int:
                      enabled=track):
         t0 = time.perf_counter()
         study = tune(setting, library, val, lm=lm, n_trials=args.trials, storage=args.storage, study_name=study_name,
-                     metric=args.metric, judge=judge, on_trial=on_trial, base=base)
+                     metric=args.metric, judge=judge, on_trial=on_trial, base=base, workers=args.workers)
         best = study.best_trial
         seconds = round(time.perf_counter() - t0, 1)
         folder = program_dir(args, setting)
@@ -403,7 +412,8 @@ def run_evaluate(args: argparse.Namespace) -> int:
         t0 = time.perf_counter()
         result = evaluate(program, instances, judge=judge, out_path=results, resume=args.resume, lm=lm,
                           method=method, config={"command": command_line(args), "program_path": args.program,
-                                                 "backbone": args.backbone, "split": args.split})
+                                                 "backbone": args.backbone, "split": args.split},
+                          workers=args.workers)
         seconds = round(time.perf_counter() - t0, 1)
         if track:
             import mlflow
