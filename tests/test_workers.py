@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 
@@ -97,3 +98,20 @@ def test_workers_must_be_positive_and_the_embedded_engine_says_it_serializes(cap
     assert "embedded llama.cpp backbone: its calls take turns" in capsys.readouterr().err
     check_workers(4, RoutedLM([]))
     assert capsys.readouterr().err == ""
+
+
+def test_the_workers_bench_overlaps_calls_on_the_stub(tmp_path, capsys):
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "experiments" / "bench_workers.py"
+    spec = importlib.util.spec_from_file_location("bench_workers", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    assert bench.main(["--instances", "4", "--delay", "0.3", "--workers", "4", "--out", str(tmp_path)]) == 0
+    result = json.loads(next(tmp_path.glob("*.json")).read_text())
+    serial, parallel = result["runs"]
+    assert serial["requests"] == parallel["requests"] >= 4 and serial["failed"] == parallel["failed"] == 0
+    assert serial["most_in_flight"] == 1 and parallel["most_in_flight"] == 4
+    assert result["speedup"] > 2
+    assert "STUB endpoint (no model)" in capsys.readouterr().out
