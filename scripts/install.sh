@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install tide-dspy into the current Python environment, with a portable llama.cpp build.
 #
-#   scripts/install.sh                # extras: local,dev
+#   scripts/install.sh                # extras: local,serve,distributed,dev
 #   scripts/install.sh local          # other extras (comma-separated); "" for none
 #   PYTHON=/path/to/python scripts/install.sh
 #
@@ -12,7 +12,7 @@
 # TIDE_LLAMA_CMAKE_ARGS and the cache with TIDE_WHEEL_DIR. Non-interactive: safe under CI.
 set -euo pipefail
 
-EXTRAS="${1-local,dev}"
+EXTRAS="${1-local,serve,distributed,dev}"
 PYTHON="${PYTHON:-$(command -v python || command -v python3)}"
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 LLAMA_VERSION="0.3.36"

@@ -12,6 +12,8 @@ import logging
 import math
 import os
 import random
+import socket
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -232,6 +234,26 @@ def search_space(setting: str, pool_max: int) -> dict:
     }
 
 
+def open_study(name: str, storage: str, seed: int = 0, attempts: int = 5):
+    """Create the study, or load it when another process already has (Optuna's shared-RDB pattern).
+
+    Workers started together on a fresh database race to create Optuna's tables; the loser's CREATE fails on a
+    duplicate. It then finds the tables made, so a short retry settles it."""
+    import optuna
+    from sqlalchemy.exc import DBAPIError
+
+    for attempt in range(attempts):
+        try:
+            return optuna.create_study(study_name=name, storage=storage, direction="maximize", load_if_exists=True,
+                                       sampler=optuna.samplers.TPESampler(seed=seed))
+        except DBAPIError as exc:
+            if attempt == attempts - 1:
+                raise
+            log.info("opening study %s: %s; retrying (another worker is creating the storage)", name,
+                     str(exc).splitlines()[0])
+            time.sleep(0.5 + random.random())
+
+
 def tune(
     setting: str,
     library,
@@ -267,10 +289,8 @@ def tune(
         raise ValueError("tune must not see the test split: pass the validation part of train")
     judge = metrics.make_judge(judge) if isinstance(judge, str) else judge
     space = search_space(setting, len(library))
-    study = optuna.create_study(
-        study_name=study_name or f"tide-{setting}", storage=storage, direction="maximize", load_if_exists=True,
-        sampler=optuna.samplers.TPESampler(seed=seed),
-    )
+    worker = f"{socket.gethostname()}:{os.getpid()}"  # which process ran a trial, when several share the study
+    study = open_study(study_name or f"tide-{setting}", storage, seed)
 
     def objective(trial):
         params = {
@@ -287,6 +307,7 @@ def tune(
                           lm=lm.copy(temperature=params["temperature"]), workers=workers)
         value = aggregate_value(result, metric)
         trial.set_user_attr("n_failed", result["n_failed"])
+        trial.set_user_attr("worker", worker)
         if on_trial:
             on_trial(trial, value, result)
         return value

@@ -106,7 +106,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                                    "programs/<setting>/<backbone>/tide.json when it exists)")
     _workers_option(t, "validation instances of a trial")
     t.add_argument("--trials", type=int, required=True, help="trials to run now (the study resumes across runs)")
-    t.add_argument("--storage", default="sqlite:///optuna.db", help="Optuna storage URL (open it with optuna-dashboard)")
+    t.add_argument("--storage", default="sqlite:///optuna.db",
+                   help="Optuna storage URL (open it with optuna-dashboard). Several `tide tune` processes, on one "
+                        "machine or many, share a study through an RDB URL such as postgresql://user@host/db "
+                        "(a password is better kept in ~/.pgpass or PGPASSWORD than in the URL)")
     t.add_argument("--study", default=None, help="study name (default: tide-<setting>-<backbone>)")
     _output_options(t)
     t.set_defaults(func=run_tune)
@@ -159,14 +162,17 @@ def templates_path(args: argparse.Namespace, setting: str) -> Path:
 
 
 def command_line(args: argparse.Namespace) -> str:
-    """An equivalent command line, every option spelled out (defaults included), for provenance records."""
+    """An equivalent command line, every option spelled out (defaults included), for provenance records; URLs lose
+    any user:password."""
+    from tide_dspy.backbones.registry import scrub_secrets
+
     parts = ["tide", args.command]
     for dest, value in vars(args).items():
         if dest in ("command", "func", "verbose") or value is None or value is False or value == []:
             continue
         flag = "--" + dest.replace("_", "-")
         for v in value if isinstance(value, list) else [value]:
-            parts += [flag] if v is True else [flag, str(v)]
+            parts += [flag] if v is True else [flag, str(scrub_secrets(v) if isinstance(v, str) else v)]
     return " ".join(shlex.quote(p) for p in parts)
 
 
@@ -334,6 +340,7 @@ def run_compile(args: argparse.Namespace) -> int:
 def run_tune(args: argparse.Namespace) -> int:
     import mlflow
 
+    from tide_dspy.backbones.registry import scrub_secrets
     from tide_dspy.optimize import split_train, tune
     from tide_dspy.programs import load_program
     from tide_dspy.templates import TemplateLibrary
@@ -347,7 +354,8 @@ def run_tune(args: argparse.Namespace) -> int:
     base = load_program(compiled) if args.program or compiled.exists() else None
     lm, judge = make_lm(args), make_judge(args)
     study_name = args.study or model_name(setting, args.backbone)
-    params = {**_base_params(args, instances, lm), "metric": args.metric, "storage": args.storage,
+    storage = scrub_secrets(args.storage)  # a postgresql://user:password@host URL must not reach a log or file
+    params = {**_base_params(args, instances, lm), "metric": args.metric, "storage": storage,
               "study": study_name, "pool_max": len(library), "base_program": str(compiled) if base else None, "val_ids": [i.instance_id for i in val]}
     track = not args.no_track
 
@@ -364,7 +372,7 @@ def run_tune(args: argparse.Namespace) -> int:
         best = study.best_trial
         seconds = round(time.perf_counter() - t0, 1)
         folder = program_dir(args, setting)
-        summary = {"study": study_name, "storage": args.storage, "base_program": params["base_program"], "metric": args.metric, "best_value": best.value,
+        summary = {"study": study_name, "storage": storage, "base_program": params["base_program"], "metric": args.metric, "best_value": best.value,
                    "best_params": best.params, "best_trial": best.number, "trials": len(study.trials)}
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "tune.json").write_text(json.dumps(summary, indent=1) + "\n")
@@ -375,7 +383,7 @@ def run_tune(args: argparse.Namespace) -> int:
             _artifact(folder / "tune.json")
     print(f"best trial {best.number}: {args.metric}={best.value:.4f} with {best.params} "
           f"({len(study.trials)} trials in the study)")
-    print(f"open the study: optuna-dashboard {args.storage}")
+    print(f"open the study: optuna-dashboard {storage}")
     return 0
 
 
