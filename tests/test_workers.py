@@ -87,15 +87,19 @@ def test_the_progress_bar_counts_instances_and_lm_tokens(train, capsys):
     assert "2/2" in err and "LM tokens in 20 out 10" in err
 
 
-def test_workers_must_be_positive_and_the_embedded_engine_says_it_serializes(capsys):
+def test_workers_must_be_positive_and_the_embedded_engine_says_it_serializes(capsys, monkeypatch):
+    from tide_dspy import evaluation
     from tide_dspy.backbones.llamacpp import LlamaCppEngine
 
+    monkeypatch.setattr(evaluation, "_noted_serial", [])
     with pytest.raises(ValueError, match="--workers must be a whole number >= 1"):
         check_workers(0, None)
     embedded = dspy.LM("llamacpp/test", engine=LlamaCppEngine("qwen2.5-coder-0.5b-instruct", llama=object()))
     assert check_workers(1, embedded) == 1 and capsys.readouterr().err == ""
     assert check_workers(4, embedded) == 4
     assert "embedded llama.cpp backbone: its calls take turns" in capsys.readouterr().err
+    check_workers(4, embedded)
+    assert capsys.readouterr().err == ""  # said once per process
     check_workers(4, RoutedLM([]))
     assert capsys.readouterr().err == ""
 

@@ -104,13 +104,17 @@ def _run_one(program, instance: Instance, judge, on_round) -> dict:
     )
 
 
+_noted_serial: list[int] = []
+
+
 def check_workers(workers: int, lm) -> int:
     """`workers`, validated; with more than one on the embedded engine, a note that its calls take turns."""
     from tide_dspy.backbones import serializes_calls
 
     if not isinstance(workers, int) or workers < 1:
         raise ValueError(f"--workers must be a whole number >= 1, got {workers!r}")
-    if workers > 1 and serializes_calls(lm):
+    if workers > 1 and serializes_calls(lm) and not _noted_serial:
+        _noted_serial.append(workers)  # once per process, not once per tune trial
         print(f"note: --workers {workers} with the embedded llama.cpp backbone: its calls take turns on one model "
               "(one lock per process), so instances overlap only outside the LM; serve the model "
               "(llama.cpp server, vLLM) for concurrent calls", file=sys.stderr)
