@@ -20,6 +20,7 @@ from typing import Any
 from dspy.clients.engines.base import validate_request
 from dspy.lm15 import ContextLengthError, Message, Response, TextPart, Usage, response_to_events
 
+from tide_dspy.backbones import prompt_cache
 from tide_dspy.backbones.weights import INSTALL_HINT, LOCAL_MODELS, LocalModel, assemble
 
 log = logging.getLogger(__name__)
@@ -230,10 +231,13 @@ class LlamaCppEngine:
             kwargs["response_format"] = response_format
 
         shared = self._shared()
+        cache = None if self._injected else prompt_cache.for_model(self.spec.dspy_model, self.n_ctx)
         with shared.lock:
             llama = shared.llama
             before = _tokens(llama)
             _reset_perf(llama)
+            if cache:
+                cache.attach(llama)
             t0 = time.perf_counter()
             try:
                 raw = llama.create_chat_completion(**kwargs)
@@ -241,9 +245,14 @@ class LlamaCppEngine:
                 if "exceed context window" in str(exc):
                     raise ContextLengthError(self._context_message(str(exc)), provider="llamacpp") from exc
                 raise
+            finally:
+                if cache:
+                    cache.detach(llama)
             wall = time.perf_counter() - t0
             perf = _perf(llama)
             after = _tokens(llama)
+            if cache:
+                cache.keep(llama, raw, before)
         return self._response(raw, before, after, perf, wall, response_format is not None)
 
     def _context_message(self, detail: str) -> str:
