@@ -14,7 +14,7 @@ import dspy
 
 from tide_dspy.backbones.registry import scrub_secrets
 from tide_dspy.data.records import read_json_file
-from tide_dspy.discovery import DiscoveryProgram, MultiAgent, SingleAgent, TIDE
+from tide_dspy.discovery import TIDE, DiscoveryProgram, FirstListed, MultiAgent, RandomBaseline, SingleAgent
 from tide_dspy.schemas import Template
 
 # method -> (class, fixed config). The paper's ablations are TIDE with other guidance.
@@ -24,6 +24,9 @@ METHODS: dict[str, tuple[type[DiscoveryProgram], dict]] = {
     "multi": (MultiAgent, {"guidance": "none"}),
     "iter": (TIDE, {"guidance": "none"}),
     "iter-demos": (TIDE, {"guidance": "demos"}),
+    # Chance floors: no LM call; T*k findings citing the setting's typical number of artifacts.
+    "random": (RandomBaseline, {"guidance": "none"}),
+    "first-listed": (FirstListed, {"guidance": "none"}),
 }
 
 # The paper's loop shapes: workspace T=10 rounds of one finding, repository T=3 rounds of several.

@@ -1,7 +1,7 @@
 """Named backbones and how to build a `dspy.LM` for each.
 
 Settings come from arguments, else the environment (TIDE_TEMPERATURE, TIDE_MAX_TOKENS, TIDE_NUM_THREADS,
-TIDE_N_CTX, TIDE_API_BASE, TIDE_SERVED_MODEL, TIDE_CONSTRAINED), else the backbone's defaults. API keys
+TIDE_N_CTX, TIDE_API_BASE, TIDE_SERVED_MODEL, TIDE_CONSTRAINED, TIDE_FAST_GRAMMAR), else the backbone's defaults. API keys
 are read only from the environment by the provider client (OPENAI_API_KEY, ANTHROPIC_API_KEY, ...;
 TIDE_API_KEY for an openai-compatible server) and never pass through tide-dspy's own arguments.
 """
@@ -101,7 +101,7 @@ def get_lm(name: str = DEFAULT_BACKBONE, *, api_base: str | None = None, tempera
            max_tokens: int | None = None, num_threads: int | None = None, **kw) -> dspy.LM:
     """A `dspy.LM` for a backbone name or raw DSPy model string.
 
-    Extra keywords: n_ctx, constrained, require_items, seed (local); model (the served model name, openai-compatible);
+    Extra keywords: n_ctx, constrained, require_items, fast_grammar, seed (local); model (the served model name, openai-compatible);
     anything else goes to `dspy.LM` (e.g. cache=False, num_retries=...). Keys are refused: set them in
     the environment.
     """
@@ -127,6 +127,7 @@ def get_lm(name: str = DEFAULT_BACKBONE, *, api_base: str | None = None, tempera
             seed=kw.pop("seed", 0),
             constrained=_pick(kw.pop("constrained", None), "TIDE_CONSTRAINED", _flag, True),
             require_items=_pick(kw.pop("require_items", None), "TIDE_REQUIRE_ITEMS", _flag, False),
+            fast_grammar=_pick(kw.pop("fast_grammar", None), "TIDE_FAST_GRAMMAR", _flag, True),
         )
         # The model name is part of DSPy's cache key: outputs decoded under another grammar must not be replayed.
         model = engine.spec.dspy_model + ("-require-items" if engine.require_items else "")

@@ -54,6 +54,10 @@ def _program_options(p: argparse.ArgumentParser) -> None:
                                                      "templates.json)")
     p.add_argument("--rounds", type=int, default=None, help="rounds T (default: the setting's)")
     p.add_argument("--per-round", type=int, default=None, help="new findings per round k (default: the setting's)")
+    p.add_argument("--max-evidence", type=int, default=None,
+                   help="the most artifacts one finding may cite (default: the setting's, 4 workspace / 2 repository)")
+    p.add_argument("--shuffle-context", type=int, default=None, metavar="SEED",
+                   help="show the artifacts in a seeded shuffled order (to measure position effects)")
 
 
 def _split_options(p: argparse.ArgumentParser) -> None:
@@ -108,7 +112,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     _program_options(e)
     src = e.add_mutually_exclusive_group(required=True)
     src.add_argument("--program", default=None, help="a saved program: JSON path or models:/<name>/<version>")
-    src.add_argument("--method", default=None, choices=("tide", "single", "multi", "iter", "iter-demos"))
+    src.add_argument("--method", default=None,
+                     choices=("tide", "single", "multi", "iter", "iter-demos", "random", "first-listed"),
+                     help="random / first-listed: the chance floors (no LM call)")
     e.add_argument("--demos", type=int, default=3, help="solved train examples for iter-demos")
     e.add_argument("--out", default=None, help="results folder (default: runs/<setting>/<backbone>/<method>-<split>)")
     again = e.add_mutually_exclusive_group()
@@ -254,8 +260,9 @@ def _build(args: argparse.Namespace, setting: str, method: str, train_instances=
         if train_instances is None:
             train_instances = load_instances(data_path(setting, args.data), setting=setting, split="train")
         demos = solved_demos(train_instances, setting, args.demos)
-    return build_program(method, setting, templates=templates, demos=demos,
-                         max_rounds=args.rounds, per_round=args.per_round)
+    return build_program(method, setting, templates=templates, demos=demos, max_rounds=args.rounds,
+                         per_round=args.per_round, max_evidence=getattr(args, "max_evidence", None),
+                         context_order_seed=getattr(args, "shuffle_context", None))
 
 
 def run_compile(args: argparse.Namespace) -> int:
@@ -381,6 +388,10 @@ def run_evaluate(args: argparse.Namespace) -> int:
             program.max_rounds = args.rounds
         if args.per_round:
             program.per_round = args.per_round
+        if args.max_evidence:
+            program.max_evidence = args.max_evidence
+        if args.shuffle_context is not None:
+            program.context_order_seed = args.shuffle_context
         setting, method = program.setting_name, method_of(program)
         if args.setting and args.setting != setting:
             raise ValueError(f"--setting {args.setting} but the program {args.program} is for {setting}")
