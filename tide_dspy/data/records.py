@@ -113,7 +113,13 @@ def read_json_file(path: str | Path, missing_hint: str) -> Any:
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"{path}: {missing_hint}")
+    if not path.is_file():
+        raise ValueError(f"{path}: not a file; {missing_hint}")
     try:
-        return json.loads(path.read_text())
+        return json.loads(path.read_bytes().decode("utf-8"))
     except json.JSONDecodeError as exc:
         raise ValueError(f"{path}: line {exc.lineno}: not valid JSON ({exc.msg})") from None
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path}: byte {exc.start} is not UTF-8; save the file as UTF-8 JSON") from None
+    except RecursionError:
+        raise ValueError(f"{path}: JSON nested too deeply to read; replace the file ({missing_hint})") from None
