@@ -210,9 +210,13 @@ def test_resume_refuses_a_truncated_config(tmp_path):
              progress=False)
     config = tmp_path / "config.json"
     config.write_text(config.read_text()[:40])
-    with pytest.raises(ValueError, match="config.json is cut off or incomplete"):
+    with pytest.raises(ValueError, match="config.json is cut off or not valid JSON, so nothing says which program"):
         evaluate(build_program("single", "workspace"), two_records(), out_path=out, lm=empty_lm(), progress=False,
                  resume=True)
+    config.write_text(json.dumps({"method": "iter", "program": {}, "judge": "proxy"}))  # no program_hash
+    with pytest.raises(ValueError, match="config.json lacks program_hash"):
+        evaluate(build_program("iter", "workspace", max_rounds=1), two_records(), out_path=out, lm=empty_lm(),
+                 progress=False, resume=True)
 
 
 def test_a_row_cut_mid_write_is_dropped_before_the_next_row_is_appended(tmp_path):

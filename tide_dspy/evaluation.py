@@ -231,8 +231,10 @@ def continued_config(path: Path, now: dict) -> dict:
 
     Without a complete config.json nothing says which run made the rows, so they are not continued."""
     before = _read_json(path)
-    if not isinstance(before, dict) or any(k not in before for k in RESUME_KEYS):
-        state = "is missing" if not path.exists() else "is cut off or incomplete"
+    missing = [k for k in RESUME_KEYS if k not in before] if isinstance(before, dict) else []
+    if not isinstance(before, dict) or missing:
+        state = ("is missing" if not path.exists() else "is cut off or not valid JSON" if before is None
+                 else f"lacks {', '.join(missing)} (cut off, or written by an older tide-dspy)")
         raise ValueError(f"{path} {state}, so nothing says which program and settings made the rows beside it; "
                          "they cannot be resumed: start over (--fresh / resume=False) or write to another --out")
     changed = [k for k in RESUME_KEYS if before.get(k) != now.get(k)]
