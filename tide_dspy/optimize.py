@@ -20,7 +20,7 @@ import yaml
 
 from tide_dspy import metrics
 from tide_dspy.schemas import Instance
-from tide_dspy.shipped import OPTIMIZERS_DIR
+from tide_dspy.shipped import NOT_SHIPPED, OPTIMIZERS_DIR
 
 log = logging.getLogger(__name__)
 
@@ -88,8 +88,9 @@ def aggregate_value(result: dict, spec: str) -> float:
 
 def optimizer_dirs() -> list[Path]:
     """The shipped optimizers/ first, then $TIDE_OPTIMIZERS; never the working directory (see tide_dspy.shipped)."""
+    shipped = [OPTIMIZERS_DIR] if OPTIMIZERS_DIR else []
     extra = [Path(os.environ[OPTIMIZERS_ENV])] if os.environ.get(OPTIMIZERS_ENV) else []
-    return list(dict.fromkeys([OPTIMIZERS_DIR, *extra]))
+    return list(dict.fromkeys([*shipped, *extra]))
 
 
 def available_optimizers() -> list[str]:
@@ -105,7 +106,9 @@ def load_optimizer_config(name_or_path: str) -> dict:
                     None)
         if path is None:
             raise ValueError(f"unknown optimizer {name_or_path!r}; available: {available_optimizers()} "
-                             f"(configs live in {[str(d) for d in optimizer_dirs()]})")
+                             f"(configs live in {[str(d) for d in optimizer_dirs()]}"
+                             f"{'' if OPTIMIZERS_DIR else '; ' + NOT_SHIPPED}); pass --optimizer PATH.yaml or "
+                             f"set {OPTIMIZERS_ENV}")
     if not path.exists():
         raise FileNotFoundError(f"{path}: no optimizer config here")
     config = yaml.safe_load(path.read_text()) or {}

@@ -36,6 +36,8 @@ Progress = Callable[[str], None]
 
 def shipped_file(setting: str, backbone: str, name: str) -> Path | None:
     """programs/<setting>/<backbone>/<name> shipped with tide-dspy (never one in the working directory)."""
+    if PROGRAMS_DIR is None:
+        return None
     path = program_dir(setting, backbone, root=PROGRAMS_DIR) / name
     return path if path.is_file() else None
 
