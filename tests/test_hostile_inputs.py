@@ -313,6 +313,20 @@ def test_a_corrupt_saved_program_names_the_file(tmp_path, corrupt, message):
         load_program(path)
 
 
+def test_bad_yaml_files_name_the_file(tmp_path):
+    from tide_dspy.discover.library import load_profile
+    from tide_dspy.optimize import load_optimizer_config
+
+    profile = tmp_path / "profile.yaml"
+    profile.write_bytes(b"full_name: Jos\xe9\n")
+    with pytest.raises(ValueError, match="profile.yaml: byte 14 is not UTF-8"):
+        load_profile(profile)
+    config = tmp_path / "mine.yaml"
+    config.write_text("optimizer: [unclosed\n")
+    with pytest.raises(ValueError, match="mine.yaml: not valid YAML"):
+        load_optimizer_config(str(config))
+
+
 def test_an_unknown_model_uri_is_a_clear_error(tmp_path, monkeypatch):
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/m.db")
     with pytest.raises(ValueError, match="models:/no-such-model/1: not found in the MLflow store sqlite:///"):

@@ -66,16 +66,19 @@ def read_rows(path: str | Path) -> dict[str, dict]:
     rows: dict[str, dict] = {}
     if not path.exists():
         return rows
-    with path.open() as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
+    with path.open("rb") as f:
+        for n, raw in enumerate(f, 1):
+            if not raw.strip():
                 continue
             try:
-                row = json.loads(line)
-            except json.JSONDecodeError:
+                row = json.loads(raw.decode("utf-8"))
+            except (json.JSONDecodeError, UnicodeDecodeError):
                 # A crash can cut the last line short; everything before it is intact.
                 log.warning("%s: line %d is not valid JSON (an interrupted write?); ignoring it", path, n)
                 continue
+            except RecursionError:
+                raise ValueError(f"{path}: line {n} is nested too deeply to be a result row; start over with "
+                                 "--fresh or write to another --out") from None
             if not isinstance(row, dict) or "instance_id" not in row:
                 raise ValueError(f"{path}: line {n} is not a result row (no instance_id); start over with --fresh "
                                  "or write to another --out")

@@ -19,6 +19,7 @@ import dspy
 import yaml
 
 from tide_dspy import metrics
+from tide_dspy.data.records import read_yaml_file
 from tide_dspy.schemas import Instance
 from tide_dspy.shipped import NOT_SHIPPED, OPTIMIZERS_DIR
 
@@ -111,7 +112,9 @@ def load_optimizer_config(name_or_path: str) -> dict:
                              f"set {OPTIMIZERS_ENV}")
     if not path.exists():
         raise FileNotFoundError(f"{path}: no optimizer config here")
-    config = yaml.safe_load(path.read_text()) or {}
+    config = read_yaml_file(path) or {}
+    if not isinstance(config, dict):
+        raise ValueError(f"{path}: expected a mapping with 'optimizer', 'init' and 'compile' (see optimizers/copro.yaml)")
     for key in ("optimizer", "init", "compile"):
         if key not in config:
             raise ValueError(f"{path}: missing '{key}' (see optimizers/copro.yaml for the format)")

@@ -167,9 +167,10 @@ def command_line(args: argparse.Namespace) -> str:
 def record_provenance(args: argparse.Namespace, folder: Path, artifact: str, **info) -> None:
     """provenance.json beside the artifacts: for each file, the command that made it and when."""
     from tide_dspy.backbones.registry import scrub_secrets
+    from tide_dspy.data.records import read_json_file
 
     path = folder / "provenance.json"
-    data = json.loads(path.read_text()) if path.exists() else {}
+    data = read_json_file(path, "") if path.exists() else {}
     data[artifact] = scrub_secrets({"command": command_line(args),
                                     "date": datetime.now(timezone.utc).isoformat(timespec="seconds"), **info})
     folder.mkdir(parents=True, exist_ok=True)

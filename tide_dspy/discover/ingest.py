@@ -95,7 +95,7 @@ def _addresses(msg: EmailMessage, name: str) -> list[str]:
     return [str(a) for a in addresses]
 
 
-def _decoded(part: EmailMessage, notes: list[str]) -> str:
+def _decoded(part: EmailMessage, notes: list[str], label: str) -> str:
     """The part's text; a charset Python does not know (or bytes that do not fit it) falls back to UTF-8, else
     Latin-1, and the fallback is noted."""
     try:
@@ -108,7 +108,7 @@ def _decoded(part: EmailMessage, notes: list[str]) -> str:
             text, used = data.decode("latin-1"), "Latin-1"
         problem = (f"unknown charset {part.get_content_charset()!r}" if isinstance(exc, LookupError)
                    else f"bytes that are not {part.get_content_charset()!r}")
-        notes.append(f"message {str(part.get('Message-ID') or '').strip() or 'body'}: {problem}; decoded as {used}")
+        notes.append(f"{label}: {problem}; decoded as {used}")
         return text
 
 
@@ -116,7 +116,8 @@ def _body(msg: EmailMessage, notes: list[str]) -> str:
     part = msg.get_body(preferencelist=("plain", "html"))
     if part is None:
         return ""
-    text = _decoded(part, notes)
+    message_id = str(msg["Message-ID"] or "").strip()
+    text = _decoded(part, notes, f"message {message_id}" if message_id else "a message")
     if part.get_content_subtype() == "html":
         text = _html_to_text(text)
     return text.strip()
