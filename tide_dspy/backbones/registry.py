@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, field
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 import dspy
 from dspy.clients.base_lm import LM_CLASS_STATE_KEY
@@ -116,6 +116,8 @@ def get_lm(name: str = DEFAULT_BACKBONE, *, api_base: str | None = None, tempera
                          f"put the server's key in {BACKBONES['openai-compatible'].key_env} instead")
     temperature = _pick(temperature, "TIDE_TEMPERATURE", float, backbone.defaults.get("temperature"))
     max_tokens = _pick(max_tokens, "TIDE_MAX_TOKENS", int, backbone.defaults.get("max_tokens"))
+    if max_tokens is not None and max_tokens < 1:
+        raise ValueError(f"max_tokens must be at least 1, got {max_tokens} (from --max-tokens or TIDE_MAX_TOKENS)")
 
     if backbone.kind == "local":
         engine = LlamaCppEngine(
@@ -152,22 +154,30 @@ _SECRET_KEY = re.compile(r"api_?key|secret|password|token|auth|credential|header
 _SAFE_SUFFIXES = ("_tokens",)  # token counts and limits, not credentials
 
 
-def _strip_userinfo(url: str) -> str:
-    parts = urlsplit(url)
-    if parts.username or parts.password:
-        host = parts.hostname or ""
-        return urlunsplit((parts.scheme, host + (f":{parts.port}" if parts.port else ""), parts.path, parts.query, ""))
-    return url
+# user:password@ in a URL, and the value of a secret-looking query parameter (?api_key=..., &token=..., &sig=...),
+# wherever they occur in a string (a URL, or a command line that holds one).
+_USERINFO = re.compile(r"(?<=://)[^/\s@'\"]+@")
+_SECRET_QUERY = re.compile(r"([?&;](?:[\w.-]*(?:key|token|secret|password|passwd|pwd|auth|sig|signature|credential|"
+                           r"session|code)[\w.-]*)=)[^&#\s'\"]*", re.I)
+REDACTED = "REDACTED"
+
+
+def scrub_text(text: str) -> str:
+    """`text` with URL credentials and secret query values replaced: http://u:p@h/v1?key=s -> http://h/v1?key=REDACTED."""
+    if "://" not in text and "=" not in text:
+        return text
+    return _SECRET_QUERY.sub(rf"\1{REDACTED}", _USERINFO.sub("", text))
 
 
 def scrub_secrets(value):
-    """Drop secret-looking keys at any depth and user:password from URLs: nothing secret is logged or saved."""
+    """Drop secret-looking keys at any depth, and scrub credentials out of URLs in any string (scrub_text):
+    nothing secret is logged or saved."""
     if isinstance(value, dict):
         return {k: scrub_secrets(v) for k, v in value.items() if str(k).endswith(_SAFE_SUFFIXES) or not _SECRET_KEY.search(str(k))}
     if isinstance(value, (list, tuple)):
         return [scrub_secrets(v) for v in value]
-    if isinstance(value, str) and "://" in value:
-        return _strip_userinfo(value)
+    if isinstance(value, str):
+        return scrub_text(value)
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
     return repr(value)

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
-from tide_dspy.cli.common import add_lm_options, lm_from_args
+from tide_dspy.cli.common import add_lm_options, check_output_folder, lm_from_args, positive_int
 
 
 def _add_run_options(parser: argparse.ArgumentParser) -> None:
@@ -13,9 +14,9 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
                              "if shipped, else the plain TIDE module")
     parser.add_argument("--templates", default=None,
                         help="a template library JSON; default: programs/<setting>/<backbone>/templates.json if shipped")
-    parser.add_argument("--rounds", type=int, default=None, help="discovery rounds T (default: the program's)")
-    parser.add_argument("--per-round", type=int, default=None, help="new findings per round k (default: the program's)")
-    parser.add_argument("--max-context-tokens", type=int, default=None,
+    parser.add_argument("--rounds", type=positive_int, default=None, help="discovery rounds T (default: the program's)")
+    parser.add_argument("--per-round", type=positive_int, default=None, help="new findings per round k (default: the program's)")
+    parser.add_argument("--max-context-tokens", type=positive_int, default=None,
                         help="context window to plan for (default: the backbone's n_ctx, else 32768)")
     parser.add_argument("--out", default="tide-report", help="report folder (default: ./tide-report)")
     add_lm_options(parser)
@@ -42,16 +43,24 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     ws.set_defaults(func=run_workspace)
 
 
+ALL_ROUNDS_FAILED = 3  # exit status of a run in which no round produced usable output
+
+
 def _report(result, args: argparse.Namespace) -> int:
     from tide_dspy.discover import write_report
 
     paths = write_report(result, args.out)
     print(f"report: {paths['report.md']} (also {paths['report.html'].name}, {paths['findings.json'].name}, "
           f"{paths['run.json'].name})")
+    if result.every_round_failed():
+        print(f"tide: error: every round failed ({len(result.rounds)} of {len(result.rounds)}), so the report's "
+              f"'no findings' means nothing; first error: {result.first_error()}", file=sys.stderr)
+        return ALL_ROUNDS_FAILED
     return 0
 
 
 def _common(args: argparse.Namespace) -> dict:
+    check_output_folder(args.out)
     return dict(lm=lm_from_args(args), backbone=args.backbone, program=args.program, templates=args.templates,
                 rounds=args.rounds, per_round=args.per_round, max_context_tokens=args.max_context_tokens,
                 progress=lambda line: print(line, flush=True))

@@ -13,7 +13,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from tide_dspy.cli.common import add_lm_options, lm_from_args
+from tide_dspy.cli.common import add_lm_options, check_output_folder, count, lm_from_args, positive_int
 from tide_dspy.schemas import SETTING_NAMES
 
 
@@ -36,9 +36,9 @@ def _data_options(p: argparse.ArgumentParser, split: str) -> None:
     p.add_argument("--data", default=None, help="the setting's JSONL file or folder (default: $TIDE_DATA/<setting>, "
                                                 "else ../shared/data/<setting> beside the repository)")
     p.add_argument("--ids", default=None, help="only these instance ids (comma-separated)")
-    p.add_argument("--max-context-tokens", type=int, default=None,
+    p.add_argument("--max-context-tokens", type=positive_int, default=None,
                    help="only instances whose rendered context fits this many (estimated) tokens, smallest first")
-    p.add_argument("--limit", type=int, default=None, help="at most N instances (after the filters above)")
+    p.add_argument("--limit", type=positive_int, default=None, help="at most N instances (after the filters above)")
 
 
 def _output_options(p: argparse.ArgumentParser) -> None:
@@ -52,9 +52,9 @@ def _output_options(p: argparse.ArgumentParser) -> None:
 def _program_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--templates", default=None, help="template library (default: programs/<setting>/<backbone>/"
                                                      "templates.json)")
-    p.add_argument("--rounds", type=int, default=None, help="rounds T (default: the setting's)")
-    p.add_argument("--per-round", type=int, default=None, help="new findings per round k (default: the setting's)")
-    p.add_argument("--max-evidence", type=int, default=None,
+    p.add_argument("--rounds", type=positive_int, default=None, help="rounds T (default: the setting's)")
+    p.add_argument("--per-round", type=positive_int, default=None, help="new findings per round k (default: the setting's)")
+    p.add_argument("--max-evidence", type=positive_int, default=None,
                    help="the most artifacts one finding may cite (default: the setting's, 4 workspace / 2 repository)")
     p.add_argument("--shuffle-context", type=int, default=None, metavar="SEED",
                    help="show the artifacts in a seeded shuffled order (to measure position effects)")
@@ -70,7 +70,7 @@ def _split_options(p: argparse.ArgumentParser) -> None:
 def register(subparsers: argparse._SubParsersAction) -> None:
     d = subparsers.add_parser("distill", help="distill a template library from solved training problems")
     _data_options(d, "train")
-    d.add_argument("--max-cases", type=int, default=None, help="at most N solved problems")
+    d.add_argument("--max-cases", type=positive_int, default=None, help="at most N solved problems")
     d.add_argument("--merge-threshold", type=float, default=88.0,
                    help="rapidfuzz similarity (0-100) of name and pattern above which templates merge")
     _output_options(d)
@@ -83,7 +83,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     c.add_argument("--method", default="tide", help="program to compile (default: tide)")
     c.add_argument("--optimizer", default="copro",
                    help="miprov2 | copro | gepa | simba | bootstrap, or a path to an optimizer YAML")
-    c.add_argument("--demos", type=int, default=None, help="demos per predictor (default: the optimizer's; 0 for "
+    c.add_argument("--demos", type=count, default=None, help="demos per predictor (default: the optimizer's; 0 for "
                                                            "instruction-only optimizers)")
     c.add_argument("--opt", action="append", default=[], metavar="KEY=VALUE",
                    help="override an optimizer argument, e.g. init.breadth=2 or compile.num_trials=3; repeatable")
@@ -101,7 +101,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                                      "templates.json)")
     t.add_argument("--program", default=None, help="start each trial from this program's instructions (default: "
                                                    "programs/<setting>/<backbone>/tide.json when it exists)")
-    t.add_argument("--trials", type=int, required=True, help="trials to run now (the study resumes across runs)")
+    t.add_argument("--trials", type=positive_int, required=True, help="trials to run now (the study resumes across runs)")
     t.add_argument("--storage", default="sqlite:///optuna.db", help="Optuna storage URL (open it with optuna-dashboard)")
     t.add_argument("--study", default=None, help="study name (default: tide-<setting>-<backbone>)")
     _output_options(t)
@@ -115,7 +115,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     src.add_argument("--method", default=None,
                      choices=("tide", "single", "multi", "iter", "iter-demos", "random", "first-listed"),
                      help="random / first-listed: the chance floors (no LM call)")
-    e.add_argument("--demos", type=int, default=3, help="solved train examples for iter-demos")
+    e.add_argument("--demos", type=positive_int, default=3, help="solved train examples for iter-demos")
     e.add_argument("--out", default=None, help="results folder (default: runs/<setting>/<backbone>/<method>-<split>)")
     again = e.add_mutually_exclusive_group()
     again.add_argument("--resume", action="store_true", help="skip instances already scored in --out")
@@ -156,23 +156,29 @@ def templates_path(args: argparse.Namespace, setting: str) -> Path:
 
 
 def command_line(args: argparse.Namespace) -> str:
-    """An equivalent command line, every option spelled out (defaults included), for provenance records."""
+    """An equivalent command line, every option spelled out (defaults included), for provenance records; credentials
+    in URLs are scrubbed."""
+    from tide_dspy.backbones.registry import scrub_text
+
     parts = ["tide", args.command]
     for dest, value in vars(args).items():
         if dest in ("command", "func", "verbose") or value is None or value is False or value == []:
             continue
         flag = "--" + dest.replace("_", "-")
         for v in value if isinstance(value, list) else [value]:
-            parts += [flag] if v is True else [flag, str(v)]
+            parts += [flag] if v is True else [flag, scrub_text(str(v))]
     return " ".join(shlex.quote(p) for p in parts)
 
 
 def record_provenance(args: argparse.Namespace, folder: Path, artifact: str, **info) -> None:
     """provenance.json beside the artifacts: for each file, the command that made it and when."""
+    from tide_dspy.backbones.registry import scrub_secrets
+    from tide_dspy.data.records import read_json_file
+
     path = folder / "provenance.json"
-    data = json.loads(path.read_text()) if path.exists() else {}
-    data[artifact] = {"command": command_line(args), "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                      **info}
+    data = read_json_file(path, "") if path.exists() else {}
+    data[artifact] = scrub_secrets({"command": command_line(args),
+                                    "date": datetime.now(timezone.utc).isoformat(timespec="seconds"), **info})
     folder.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data, indent=1, default=str) + "\n")
 
@@ -402,6 +408,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
         program = _build(args, setting, method)
     instances, _ = load_split(args, setting)
     out_dir = Path(args.out) if args.out else program_dir(args, setting, root="runs") / f"{method}-{args.split}"
+    check_output_folder(out_dir)
     results = out_dir / "results.jsonl"
     if results.exists() and read_rows(results) and not (args.resume or args.fresh):
         raise ValueError(f"{results} already has results: pass --resume to continue it or --fresh to start over")

@@ -51,11 +51,11 @@ class GitClone:
 
     @cache
     def has_commit(self, sha: str) -> bool:
-        return _git(["-C", str(self.path), "cat-file", "-e", f"{sha}^{{commit}}"], check=False).returncode == 0
+        return _git(["-C", str(self.path), "cat-file", "-e", "--end-of-options", f"{sha}^{{commit}}"], check=False).returncode == 0
 
     @cache
     def commit_time(self, sha: str) -> int:
-        return int(self.git("log", "-1", "--format=%ct", sha))
+        return int(self.git("log", "-1", "--format=%ct", "--end-of-options", sha, "--"))
 
     def commit_date(self, sha: str) -> str:
         return datetime.fromtimestamp(self.commit_time(sha), UTC).isoformat()
@@ -63,7 +63,7 @@ class GitClone:
     def existing(self, sha: str, paths: list[str]) -> list[str]:
         if not paths:
             return []
-        listed = self.git("ls-tree", "-r", "--name-only", sha, "--", *paths).decode().splitlines()
+        listed = self.git("ls-tree", "-r", "--name-only", "--end-of-options", sha, "--", *paths).decode().splitlines()
         return [p for p in paths if p in set(listed)]
 
     def snapshot(self, sha: str, paths: list[str]) -> Snapshot:
@@ -71,7 +71,7 @@ class GitClone:
         snap = Snapshot(Path(tempfile.mkdtemp(prefix="tide-snap-")))
         present = self.existing(sha, paths)
         if present:
-            with tarfile.open(fileobj=io.BytesIO(self.git("archive", sha, "--", *present))) as tar:
+            with tarfile.open(fileobj=io.BytesIO(self.git("archive", "--end-of-options", sha, *present))) as tar:
                 tar.extractall(snap.root / "tree", filter="data")
         else:
             (snap.root / "tree").mkdir()

@@ -99,26 +99,72 @@ def round_rows(result: DiscoverResult) -> list[list[str]]:
 ROUND_COLUMNS = ["window", "round", "new", "rediscovered", "LM calls", "tokens in", "tokens out", "parse failures", "s"]
 
 
+def failed_round_lines(result: DiscoverResult) -> list[str]:
+    """One line per failed round (window, round, error), for both reports."""
+    where = (lambda wr: f"window {wr.window}, round {wr.record.round}") if result.windows > 1 else \
+        (lambda wr: f"round {wr.record.round}")
+    return [f"{where(wr)}: {wr.record.error or 'no parseable output'}" for wr in result.failed_rounds()]
+
+
+def no_findings_line(result: DiscoverResult) -> str:
+    if result.every_round_failed():
+        return (f"No findings, because every round failed (first error: {result.first_error()}). This is not a clean "
+                "result: fix the cause and run again.")
+    return "No findings."
+
+
+# ---- Markdown: text from the LM and from file names is escaped, never rendered as HTML ----
+
+def _longest_run(text: str, char: str) -> int:
+    longest = run = 0
+    for c in text:
+        run = run + 1 if c == char else 0
+        longest = max(longest, run)
+    return longest
+
+
+def md_text(text) -> str:
+    """Plain text in Markdown: raw HTML (tags, entities) is escaped, and a line break cannot start a new block."""
+    return html.escape(" ".join(str(text).splitlines()), quote=False)
+
+
+def md_code(text) -> str:
+    """An inline code span whose fence is longer than any run of backticks inside it."""
+    text = " ".join(str(text).splitlines())
+    fence = "`" * (_longest_run(text, "`") + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
+def md_fenced(body: str, info: str = "") -> list[str]:
+    """A fenced code block whose fence is longer than any run of backticks in the body."""
+    fence = "`" * max(3, _longest_run(body, "`") + 1)
+    return [fence + info, body.rstrip("\n"), fence]
+
+
 def render_markdown(result: DiscoverResult) -> str:
-    out = [f"# TIDE discover report: {result.target}", "", *header_lines(result), ""]
+    out = [f"# TIDE discover report: {md_text(result.target)}", "", *[md_text(h) for h in header_lines(result)], ""]
     if result.notes:
-        out += ["Notes:", *[f"- {n}" for n in result.notes], ""]
+        out += ["Notes:", *[f"- {md_text(n)}" for n in result.notes], ""]
     if not result.findings:
-        out += ["No findings.", ""]
+        out += [md_text(no_findings_line(result)), ""]
     for v in finding_views(result):
-        out += [f"## Finding {v.number}", "", v.description, "", "Evidence:"]
-        out += [f"- `{e}`" for e in v.evidence] or ["- (no valid evidence id)"]
-        out += ["", f"Template: {v.template}", ""]
+        out += [f"## Finding {v.number}", "", md_text(v.description), "", "Evidence:"]
+        out += [f"- {md_code(e)}" for e in v.evidence] or ["- (no valid evidence id)"]
+        out += ["", f"Template: {md_text(v.template)}", ""]
         if v.action:
-            out += [f"Action: `{v.action[0]}`", *[f"- {line}" for line in v.action[1:]], ""]
+            out += [f"Action: {md_code(v.action[0])}", *[f"- {md_text(line)}" for line in v.action[1:]], ""]
         if v.patch_status is not None:
-            out += [f"Patch: **{v.patch_status}** (checked with `{CHECK_COMMAND}`; nothing was applied)", ""]
+            out += [f"Patch: **{md_text(v.patch_status)}** (checked with `{CHECK_COMMAND}`; nothing was applied)", ""]
         if v.patch:
-            out += ["```diff", v.patch.rstrip("\n"), "```", ""]
+            out += [*md_fenced(v.patch, "diff"), ""]
         if v.flags:
-            out += [f"Flags: {', '.join(v.flags)}", ""]
+            out += [f"Flags: {md_text(', '.join(v.flags))}", ""]
     if result.skipped:
-        out += ["## Skipped inputs", "", *[f"- {s['path']}: {s['reason']}" for s in result.skipped], ""]
+        out += ["## Skipped inputs", "", *[f"- {md_text(s['path'])}: {md_text(s['reason'])}" for s in result.skipped], ""]
+    failed = failed_round_lines(result)
+    if failed:
+        out += [f"## Failed rounds ({len(failed)} of {len(result.rounds)})", "", *[f"- {md_text(x)}" for x in failed], ""]
     out += ["## Rounds", "", "| " + " | ".join(ROUND_COLUMNS) + " |", "|" + "---|" * len(ROUND_COLUMNS)]
     out += ["| " + " | ".join(row) + " |" for row in round_rows(result)]
     return "\n".join(out) + "\n"
@@ -130,7 +176,7 @@ def render_html(result: DiscoverResult) -> str:
     if result.notes:
         body.append("<ul>" + "".join(f"<li>{e(n)}</li>" for n in result.notes) + "</ul>")
     if not result.findings:
-        body.append("<p>No findings.</p>")
+        body.append(f"<p>{e(no_findings_line(result))}</p>")
     for v in finding_views(result):
         part = [f"<section class='finding'><h2>Finding {v.number}</h2><p>{e(v.description)}</p><h3>Evidence</h3><ul>"]
         part += [f"<li><code>{e(x)}</code></li>" for x in v.evidence] or ["<li>(no valid evidence id)</li>"]
@@ -150,6 +196,10 @@ def render_html(result: DiscoverResult) -> str:
     if result.skipped:
         body.append("<h2>Skipped inputs</h2><ul>" + "".join(f"<li>{e(s['path'])}: {e(s['reason'])}</li>"
                                                            for s in result.skipped) + "</ul>")
+    failed = failed_round_lines(result)
+    if failed:
+        body.append(f"<h2>Failed rounds ({len(failed)} of {len(result.rounds)})</h2><ul class='fails'>"
+                    + "".join(f"<li>{e(x)}</li>" for x in failed) + "</ul>")
     head = "".join(f"<th>{e(c)}</th>" for c in ROUND_COLUMNS)
     rows = "".join("<tr>" + "".join(f"<td>{e(c)}</td>" for c in row) + "</tr>" for row in round_rows(result))
     body.append(f"<h2>Rounds</h2><table><tr>{head}</tr>{rows}</table>")

@@ -38,6 +38,17 @@ class DiscoverResult:
     def template_name(self, template_id: str) -> str | None:
         return next((t.name for t in self.templates if t.id == template_id), None)
 
+    def failed_rounds(self) -> list[WindowRound]:
+        return [r for r in self.rounds if r.record.failed]
+
+    def every_round_failed(self) -> bool:
+        """True when rounds ran and none of them produced usable output: "no findings" then means nothing."""
+        return bool(self.rounds) and len(self.failed_rounds()) == len(self.rounds)
+
+    def first_error(self) -> str | None:
+        failed = self.failed_rounds()
+        return (failed[0].record.error or "no parseable output") if failed else None
+
     def summary(self) -> dict[str, Any]:
         records = [r.record for r in self.rounds]
         ins = [r.input_tokens for r in records if r.input_tokens is not None]
@@ -61,5 +72,6 @@ class DiscoverResult:
         s = self.summary()
         tokens = "n/a" if s["input_tokens"] is None else f"{s['input_tokens']} in / {s['output_tokens'] or 0} out"
         patches = f", {s['patches_apply']}/{s['patches_checked']} patches apply" if self.setting == "repository" else ""
-        return (f"{s['findings']} finding{'' if s['findings'] == 1 else 's'}{patches} | {s['rounds']} rounds over {s['windows']} window(s) | "
-                f"{s['lm_calls']} LM calls | tokens {tokens} | {s['seconds']} s")
+        failed = f" ({s['failed_rounds']} FAILED)" if s["failed_rounds"] else ""
+        return (f"{s['findings']} finding{'' if s['findings'] == 1 else 's'}{patches} | {s['rounds']} rounds{failed} over "
+                f"{s['windows']} window(s) | {s['lm_calls']} LM calls | tokens {tokens} | {s['seconds']} s")

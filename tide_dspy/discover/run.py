@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import fnmatch
 import logging
+import re
 import time
 from collections.abc import Callable, Iterable
 from datetime import date
@@ -16,7 +17,8 @@ from pathlib import Path, PurePosixPath
 
 import dspy
 
-from tide_dspy.data.candidates import parse_candidates, python_files
+from tide_dspy.data.candidates import parse_candidates, scan_python_files
+from tide_dspy.data.safe_files import FileScan
 from tide_dspy.discover import library, windows
 from tide_dspy.discover.ingest import ingest_workspace
 from tide_dspy.discover.patches import DOES_NOT_APPLY, PatchChecker, git, git_toplevel
@@ -25,20 +27,19 @@ from tide_dspy.discovery import DiscoveryProgram, DiscoveryState
 from tide_dspy.programs import build_program, load_program, program_dir
 from tide_dspy.schemas import Artifact, Instance, RoundRecord
 from tide_dspy.settings import get_setting
+from tide_dspy.shipped import PROGRAMS_DIR
 
 Progress = Callable[[str], None]
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 
 # ---- which program ----
 
 def shipped_file(setting: str, backbone: str, name: str) -> Path | None:
-    """programs/<setting>/<backbone>/<name> in the working directory or in the tide-dspy checkout."""
-    for base in dict.fromkeys((Path.cwd(), PROJECT_ROOT)):
-        path = program_dir(setting, backbone, root=base / "programs") / name
-        if path.is_file():
-            return path
-    return None
+    """programs/<setting>/<backbone>/<name> shipped with tide-dspy (never one in the working directory)."""
+    if PROGRAMS_DIR is None:
+        return None
+    path = program_dir(setting, backbone, root=PROGRAMS_DIR) / name
+    return path if path.is_file() else None
 
 
 def choose_program(setting: str, backbone: str, program: str | Path | None = None,
@@ -157,22 +158,31 @@ def changed_since(root: Path, ref: str) -> set[str]:
     """Paths (relative to root) changed in the working tree since `ref`, plus untracked files."""
     if git_toplevel(root) is None:
         raise ValueError(f"--since needs a git repository, and {root} is not inside one; use --include instead")
-    diff = git(["diff", "--name-only", "--relative", ref, "--"], root)
+    # The ref is user text: resolved as a commit, never read as an option, and only its sha reaches git diff.
+    commit = git(["rev-parse", "--verify", "--quiet", "--end-of-options", f"{ref}^{{commit}}"], root)
+    sha = commit.stdout.strip()
+    if commit.returncode != 0 or not re.fullmatch(r"[0-9a-f]{40,64}", sha):
+        raise ValueError(f"--since {ref}: not a commit in {root}; pass a branch, tag or commit "
+                         "(e.g. --since main or --since HEAD~3)")
+    diff = git(["diff", "--name-only", "--relative", "--end-of-options", sha, "--"], root)
     if diff.returncode != 0:
         raise ValueError(f"--since {ref}: git diff failed in {root}: {diff.stderr.strip()}")
-    untracked = git(["ls-files", "--others", "--exclude-standard"], root)
+    untracked = git(["ls-files", "--others", "--exclude-standard", "--"], root)
     return set(diff.stdout.split()) | set(untracked.stdout.split())
 
 
-def select_files(root: Path, include: Iterable[str] = (), exclude: Iterable[str] = (), since: str | None = None) -> list[str]:
-    files = python_files(root)
-    if since:
-        changed = changed_since(root, since)
-        files = [f for f in files if f in changed]
+def select_files(root: Path, include: Iterable[str] = (), exclude: Iterable[str] = (),
+                 since: str | None = None) -> FileScan:
+    """The .py files to read after --include/--exclude/--since, and the selected ones left out as unsafe."""
+    scan = scan_python_files(root)
     include, exclude = list(include), list(exclude)
-    if include:
-        files = [f for f in files if _matches(f, include)]
-    return [f for f in files if not _matches(f, exclude)]
+    changed = changed_since(root, since) if since else None
+
+    def keep(path: str) -> bool:
+        return ((changed is None or path in changed) and (not include or _matches(path, include))
+                and not _matches(path, exclude))
+
+    return FileScan([f for f in scan.files if keep(f)], [s for s in scan.skipped if keep(s["path"])])
 
 
 class _Collect(logging.Handler):
@@ -214,11 +224,16 @@ def discover_repository(path: str | Path, *, lm, backbone: str = "local", includ
     root = Path(path).resolve()
     if not root.is_dir():
         raise FileNotFoundError(f"{path}: not a directory; pass the root of a Python source tree")
-    files = select_files(root, include, exclude, since)
+    selected = select_files(root, include, exclude, since)
+    files = selected.files
+    for s in selected.skipped:
+        progress(f"skipped {s['path']}: {s['reason']}")
     if not files:
-        raise ValueError(f"{root}: no Python files left after --include/--exclude/--since")
-    artifacts, skipped = parse_reporting_skips(root, files)
-    for s in skipped:
+        raise ValueError(f"{root}: no Python files left after --include/--exclude/--since"
+                         + (f" ({len(selected.skipped)} left out as unsafe to read)" if selected.skipped else ""))
+    artifacts, unparsed = parse_reporting_skips(root, files)
+    skipped = selected.skipped + unparsed
+    for s in unparsed:
         progress(f"skipped {s['path']}: {s['reason']}")
     if not artifacts:
         raise ValueError(f"{root}: no functions found in the {len(files)} selected Python file(s)")
@@ -259,7 +274,7 @@ def discover_workspace(folder: str | Path, *, lm, backbone: str = "local", profi
     if not ingested.artifacts:
         raise ValueError(f"{root}: no readable .eml, .mbox, .ics, .md, .txt or .csv file "
                          f"({len(ingested.skipped)} skipped as unreadable)")
-    notes = []
+    notes = [f"{f.path}: kept, {f.reason}" for f in ingested.fallbacks]
     if actions is None:
         action_list = library.default_actions()
         notes.append(f"No --actions given: offered the default action library ({len(action_list)} generic actions, "
