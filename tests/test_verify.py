@@ -16,8 +16,9 @@ from pathlib import Path
 import pytest
 from dspy.utils.dummies import DummyLM
 
-from tide_dspy.cli import discover_cmd
+from tide_dspy.cli import discover_cmd, optimize_cmd
 from tide_dspy.cli.main import main
+from tide_dspy.data.candidates import parse_candidates, python_files
 from tide_dspy.discover import discover_repository, write_report
 from tide_dspy.discover.verify import (BREAKS, NO_CHANGE, NOT_RUN, TIMED_OUT, VERIFIED, Verifier, VerifyError,
                                        classify, nodeid_key, run_tests)
@@ -286,3 +287,59 @@ def test_classify_and_node_ids():
     assert classify({"a": False, "b": True, "c": True}, {"a": True, "b": False}) == (["a"], ["b", "c"])
     assert nodeid_key("tests/test_a.py::TestX::test_y[1-2]") == "tests.test_a.TestX::test_y[1-2]"
     assert nodeid_key("tests/test_a.py::test_z") == "tests.test_a::test_z"
+
+
+# ---- tide evaluate --verify-repo ----
+
+def instance_record(repo: Path) -> dict:
+    files = python_files(repo)
+    candidates = [{"id": a.id, **a.payload} for a in parse_candidates(repo, [f for f in files if f.startswith("calc/")])]
+    return {
+        "instance_id": "calc-1", "repo": "example/calc", "split": "test",
+        "anchor_commit": run_git(repo, "rev-parse", "HEAD").strip(), "candidates": candidates,
+        "problems": [
+            {"problem_id": "calc-mean", "description": "mean divides by n - 1", "evidence": ["calc/ops.py::mean"],
+             "patch": MEAN_FIX, "fail_to_pass": ["tests/test_ops.py::test_mean"],
+             "pass_to_pass": ["tests/test_ops.py::test_clamp"], "test_patch": None},
+            {"problem_id": "calc-shout", "description": "shout lower-cases", "evidence": ["calc/text.py::shout"],
+             "patch": SHOUT_FIX, "fail_to_pass": ["tests/test_text.py::test_shout"],
+             "pass_to_pass": ["tests/test_text.py::test_whisper"], "test_patch": SHOUT_TEST_PATCH},
+        ],
+    }
+
+
+def test_evaluate_reports_execution_based_resolution(repo, tmp_path, monkeypatch, capsys):
+    data = tmp_path / "calc.jsonl"
+    data.write_text(json.dumps(instance_record(repo)) + "\n")
+    before = (tree_digest(repo), porcelain(repo))
+    lm = DummyLM([{"findings": json.dumps([
+        finding("mean divides by n - 1", ["calc/ops.py::mean"], MEAN_FIX),
+        finding("shout lower-cases", ["calc/text.py::shout"], SHOUT_WRONG),
+    ])}, {"findings": "[]"}])
+    monkeypatch.setattr(optimize_cmd, "make_lm", lambda args: lm)
+    out = tmp_path / "eval"
+    rc = main(["evaluate", "--setting", "repository", "--data", str(data), "--method", "iter", "--per-round", "2",
+               "--rounds", "2", "--judge", "proxy", "--no-track", "--out", str(out), "--verify-repo", str(repo),
+               "--verify-command", PYTEST, "--verify-timeout", "30"])
+    assert rc == 0
+    printed = capsys.readouterr().out
+    assert "execution-based resolution: 1/2 gold problems resolved by tests (50.00%) over 1 instance(s); " \
+           "judge (proxy-lexical) resolution coverage: " in printed
+    assert (tree_digest(repo), porcelain(repo)) == before  # the clone is only read
+
+    row = json.loads((out / "results.jsonl").read_text().splitlines()[0])
+    runs = {r["problem_id"]: r for r in row["execution"]["runs"]}
+    assert runs["calc-mean"]["status"] == "resolved" and runs["calc-mean"]["finding"] == 0
+    assert runs["calc-shout"]["status"] == "unresolved"
+    assert runs["calc-shout"]["failing"] == ["tests/test_text.py::test_shout"]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["execution"] == {"resolved": 1, "problems": 2, "rate": 0.5, "instances": 1}
+
+
+def test_evaluate_verify_repo_needs_the_repository_setting_and_a_clone(tmp_path, capsys):
+    rc = main(["evaluate", "--setting", "workspace", "--data", str(tmp_path), "--method", "iter",
+               "--verify-repo", str(tmp_path)])
+    assert rc == 2 and "does not apply to the workspace setting" in capsys.readouterr().err
+    rc = main(["evaluate", "--setting", "repository", "--data", str(tmp_path), "--method", "iter",
+               "--verify-repo", str(tmp_path / "nope")])
+    assert rc == 2 and "not a git repository" in capsys.readouterr().err
