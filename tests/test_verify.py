@@ -283,6 +283,19 @@ def test_timeout_kills_the_whole_process_group(tmp_path):
         pytest.fail(f"the test command's child {child} survived the timeout")
 
 
+def test_a_child_that_leaves_the_group_does_not_hang_the_run(tmp_path):
+    pid_file = tmp_path / "daemon.pid"
+    script = ("import subprocess, sys; "
+              "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'], start_new_session=True); "
+              f"open({str(pid_file)!r}, 'w').write(str(p.pid)); print('started')")
+    started = time.monotonic()
+    try:
+        run = run_tests([sys.executable, "-c", script], tmp_path, 30)
+        assert run.passed and run.output.strip() == "started" and time.monotonic() - started < 20
+    finally:
+        os.kill(int(pid_file.read_text()), 9)
+
+
 def test_classify_and_node_ids():
     assert classify({"a": False, "b": True, "c": True}, {"a": True, "b": False}) == (["a"], ["b", "c"])
     assert nodeid_key("tests/test_a.py::TestX::test_y[1-2]") == "tests.test_a.TestX::test_y[1-2]"

@@ -180,19 +180,21 @@ class _Tail:
     """Reads a pipe to its end in a thread, keeping only the last `cap` bytes."""
 
     def __init__(self, pipe, cap: int):
-        self.data, self.total, self.cap = bytearray(), 0, cap
-        self.thread = threading.Thread(target=self._read, args=(pipe,), daemon=True)
+        self.data, self.total, self.cap, self.pipe = bytearray(), 0, cap, pipe
+        self.thread = threading.Thread(target=self._read, daemon=True)
         self.thread.start()
 
-    def _read(self, pipe) -> None:
-        for chunk in iter(lambda: pipe.read(65536), b""):
+    def _read(self) -> None:
+        for chunk in iter(lambda: self.pipe.read1(65536), b""):
             self.total += len(chunk)
             self.data += chunk
             del self.data[:-self.cap]
+        self.pipe.close()
 
     def text(self) -> str:
+        """The tail so far. A process that left the group (setsid) may hold the pipe open; it is not waited for."""
         self.thread.join(timeout=5)
-        return self.data.decode(errors="replace")
+        return bytes(self.data).decode(errors="replace")
 
 
 def _kill_group(pid: int) -> None:
@@ -225,7 +227,6 @@ def run_tests(argv: list[str], cwd: Path, timeout: float, *, env: dict[str, str]
         _kill_group(proc.pid)  # on timeout, and any background child left behind
         proc.wait()
     output = tail.text()
-    proc.stdout.close()
     outcomes = read_junit(junit) if junit is not None and not timed_out else {}
     return TestRun(argv=full, returncode=None if timed_out else proc.returncode, timed_out=timed_out,
                    seconds=round(time.perf_counter() - started, 2), outcomes=outcomes, output=output,
