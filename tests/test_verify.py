@@ -349,10 +349,13 @@ def test_evaluate_reports_execution_based_resolution(repo, tmp_path, monkeypatch
     assert summary["execution"] == {"resolved": 1, "problems": 2, "rate": 0.5, "instances": 1}
 
 
-def test_evaluate_verify_repo_needs_the_repository_setting_and_a_clone(tmp_path, capsys):
+def test_evaluate_verify_repo_needs_the_repository_setting_a_clone_and_pytest(repo, tmp_path, capsys):
     rc = main(["evaluate", "--setting", "workspace", "--data", str(tmp_path), "--method", "iter",
                "--verify-repo", str(tmp_path)])
     assert rc == 2 and "does not apply to the workspace setting" in capsys.readouterr().err
     rc = main(["evaluate", "--setting", "repository", "--data", str(tmp_path), "--method", "iter",
                "--verify-repo", str(tmp_path / "nope")])
     assert rc == 2 and "not a git repository" in capsys.readouterr().err
+    rc = main(["evaluate", "--setting", "repository", "--data", str(tmp_path), "--method", "iter",
+               "--verify-repo", str(repo), "--verify-command", "make test"])
+    assert rc == 2 and "the command must run pytest" in capsys.readouterr().err

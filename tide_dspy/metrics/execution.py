@@ -14,8 +14,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from tide_dspy.data.git_tools import GitClone, Snapshot
-from tide_dspy.discover.verify import (DEFAULT_RUN_TIMEOUT, TestRun, nodeid_key, parse_command, require_executable,
-                                      run_tests, test_environment)
+from tide_dspy.discover.verify import (DEFAULT_RUN_TIMEOUT, TestRun, is_pytest, nodeid_key, parse_command,
+                                      require_executable, run_tests, test_environment)
 from tide_dspy.metrics.scoring import as_findings, match
 from tide_dspy.schemas import Finding, GoldProblem, Instance
 
@@ -62,6 +62,9 @@ class ExecutionJudge:
                  timeout: float = DEFAULT_RUN_TIMEOUT):
         self.clone = GitClone(clone)
         self.command, self.argv, self.timeout = command, parse_command(command), timeout
+        if not is_pytest(self.argv):
+            raise ValueError(f"--verify-command {command!r}: the tests are pytest node ids, so the command must run "
+                             "pytest (e.g. \"python -m pytest -q\")")
         self.env = test_environment()
         require_executable(self.argv, self.clone.path, self.env)
 
