@@ -145,8 +145,12 @@ def evaluate(
     lm: dspy.BaseLM | None = None,
     method: str | None = None,
     config: dict | None = None,
+    execute=None,
 ) -> dict:
-    """Score `program` on `instances`; returns metrics.aggregate(...) plus counts (n_run, n_resumed, n_failed)."""
+    """Score `program` on `instances`; returns metrics.aggregate(...) plus counts (n_run, n_resumed, n_failed).
+
+    `execute(instance, findings)` (e.g. metrics.execution.ExecutionJudge) also runs the instance's tests against
+    the findings' patches; its dict goes into the row as "execution" and the total into result["execution"]."""
     from tide_dspy.programs import method_of
     from tide_dspy.backbones.usage import lm_usage, usage_mark
 
@@ -184,6 +188,9 @@ def evaluate(
 
             row = {"instance_id": instance.instance_id, "method": method,
                    **_run_one(program, instance, judge, on_round)}
+            if execute is not None:
+                bar.set_postfix_str(f"{instance.instance_id}: running its tests")
+                row["execution"] = execute(instance, row["findings"])
             rows[instance.instance_id] = row
             if out_path is not None:
                 with out_path.open("a") as f:
@@ -199,6 +206,10 @@ def evaluate(
         n_failed=sum(1 for r in rows.values() if r.get("error")),
         findings=sum(len(r["findings"]) for r in rows.values()),
     )
+    if execute is not None:
+        from tide_dspy.metrics.execution import execution_rate
+
+        result["execution"] = execution_rate([rows[i.instance_id] for i in instances if i.instance_id in rows])
     usage = {"backbone": lm_usage(run_lm, marks["backbone"]), "judge": lm_usage(judge_lm, marks["judge"])}
     result["lm_usage"] = usage
     if out_path is not None:

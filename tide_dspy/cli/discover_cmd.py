@@ -32,6 +32,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                       help="only these files (glob on paths relative to PATH, or a folder); repeatable")
     repo.add_argument("--exclude", action="append", default=[], metavar="GLOB", help="skip these files; repeatable")
     repo.add_argument("--since", default=None, metavar="REF", help="only files changed since this git ref")
+    repo.add_argument("--verify", default=None, metavar="CMD",
+                      help="run this test command (e.g. \"python -m pytest -q\") on a temporary copy of PATH, "
+                           "unpatched and then with each patch that applies, and report which patches fix tests; "
+                           "this EXECUTES the project's code")
+    # Defaults live in tide_dspy.discover.verify (120 s and 900 s), which is imported only when a command runs.
+    repo.add_argument("--verify-timeout", type=float, default=None, metavar="S",
+                      help="seconds one test run may take before its process group is killed (default 120)")
+    repo.add_argument("--verify-total", type=float, default=None, metavar="S",
+                      help="seconds all test runs together may take (default 900)")
     _add_run_options(repo)
     repo.set_defaults(func=run_repo)
 
@@ -69,8 +78,12 @@ def _common(args: argparse.Namespace) -> dict:
 def run_repo(args: argparse.Namespace) -> int:
     from tide_dspy.discover import discover_repository
 
+    limits = {k: v for k, v in (("verify_timeout", args.verify_timeout), ("verify_total", args.verify_total))
+              if v is not None}
+    if limits and args.verify is None:
+        raise ValueError("--verify-timeout and --verify-total need --verify CMD")
     result = discover_repository(args.path, include=args.include, exclude=args.exclude, since=args.since,
-                                 **_common(args))
+                                 verify=args.verify, **limits, **_common(args))
     return _report(result, args)
 
 

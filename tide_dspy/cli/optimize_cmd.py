@@ -120,6 +120,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     again = e.add_mutually_exclusive_group()
     again.add_argument("--resume", action="store_true", help="skip instances already scored in --out")
     again.add_argument("--fresh", action="store_true", help="discard earlier results in --out")
+    e.add_argument("--verify-repo", default=None, metavar="DIR",
+                   help="repository setting: a local clone of the instances' repository, in an environment where "
+                        "its tests run; each gold problem's fail_to_pass/pass_to_pass tests run at anchor_commit "
+                        "with the matched finding's patch, in a temporary copy (this EXECUTES the repository's code)")
+    e.add_argument("--verify-command", default=None, metavar="CMD",
+                   help="pytest command the node ids are appended to (default: python -m pytest -q -p no:cacheprovider)")
+    e.add_argument("--verify-timeout", type=float, default=None, metavar="S", help="seconds per test run (default 120)")
     _output_options(e)
     e.set_defaults(func=run_evaluate)
 
@@ -406,6 +413,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
             raise ValueError("--method needs --setting")
         setting, method = args.setting, args.method
         program = _build(args, setting, method)
+    execute = execution_judge(args, setting)
     instances, _ = load_split(args, setting)
     out_dir = Path(args.out) if args.out else program_dir(args, setting, root="runs") / f"{method}-{args.split}"
     check_output_folder(out_dir)
@@ -414,25 +422,56 @@ def run_evaluate(args: argparse.Namespace) -> int:
         raise ValueError(f"{results} already has results: pass --resume to continue it or --fresh to start over")
     lm, judge = make_lm(args), make_judge(args)
     params = {**_base_params(args, instances, lm), "method": method, "program": args.program,
-              "T": program.max_rounds, "k": program.per_round, "pool_size": len(program.templates)}
+              "T": program.max_rounds, "k": program.per_round, "pool_size": len(program.templates),
+              "verify_repo": args.verify_repo}
     track = not args.no_track
     with tracked_run("evaluate", setting=setting, backbone=args.backbone, params=params, uri=args.tracking_uri,
                      enabled=track):
         t0 = time.perf_counter()
         result = evaluate(program, instances, judge=judge, out_path=results, resume=args.resume, lm=lm,
-                          method=method, config={"command": command_line(args), "program_path": args.program,
-                                                 "backbone": args.backbone, "split": args.split})
+                          method=method, execute=execute,
+                          config={"command": command_line(args), "program_path": args.program,
+                                  "backbone": args.backbone, "split": args.split})
         seconds = round(time.perf_counter() - t0, 1)
         if track:
             import mlflow
 
             log_scores(result)
             mlflow.log_metric("seconds", seconds)
+            if result.get("execution"):
+                mlflow.log_metric("execution_resolution", result["execution"]["rate"])
             log_usage(result["lm_usage"])
             for name in ("results.jsonl", "config.json", "summary.json"):
                 _artifact(out_dir / name, "evaluation")
             if args.program and Path(args.program).exists():
                 _artifact(Path(args.program), "program")
     print(format_table(result))
+    if execute is not None:
+        print(execution_line(result))
     print(f"{seconds}s; results -> {results}")
     return 0
+
+
+def execution_judge(args: argparse.Namespace, setting: str):
+    """The ExecutionJudge of --verify-repo, or None."""
+    if args.verify_repo is None:
+        if args.verify_command or args.verify_timeout:
+            raise ValueError("--verify-command and --verify-timeout need --verify-repo DIR")
+        return None
+    if setting != "repository":
+        raise ValueError(f"--verify-repo runs repository tests; it does not apply to the {setting} setting")
+    from tide_dspy.metrics.execution import DEFAULT_TEST_COMMAND, ExecutionJudge
+
+    options = {"timeout": args.verify_timeout} if args.verify_timeout else {}
+    return ExecutionJudge(args.verify_repo, args.verify_command or DEFAULT_TEST_COMMAND, **options)
+
+
+def execution_line(result: dict) -> str:
+    judged = (result.get("coverage") or {}).get("resolution")
+    judge = "-" if judged is None else f"{100 * judged:.2f}%"
+    ex = result.get("execution")
+    if not ex:
+        return "execution-based resolution: no instance had an anchor_commit to run tests at"
+    return (f"execution-based resolution: {ex['resolved']}/{ex['problems']} gold problems resolved by tests "
+            f"({100 * ex['rate']:.2f}%) over {ex['instances']} instance(s); judge ({result['judge']}) resolution "
+            f"coverage: {judge}")

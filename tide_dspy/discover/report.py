@@ -12,6 +12,7 @@ from pathlib import Path
 
 from tide_dspy.discover.patches import CHECK_COMMAND, PatchCheck
 from tide_dspy.discover.result import DiscoverResult
+from tide_dspy.discover.verify import NOT_RUN, VERIFIED, Verification
 from tide_dspy.schemas import Finding
 
 CSS = ("body{font-family:system-ui,sans-serif;max-width:60rem;margin:2rem auto;padding:0 1rem;line-height:1.45}"
@@ -32,6 +33,8 @@ class FindingView:
     patch: str | None
     patch_status: str | None  # "applies" | "does not apply: <reason>" | None
     flags: list[str]
+    tests: str | None = None  # the --verify outcome: "verified: fixes 1, breaks 0 (fixed: ...)", ...
+    fixes: bool = False  # only a verified patch is ever shown as a fix
 
 
 def evidence_label(result: DiscoverResult, artifact_id: str) -> str:
@@ -60,6 +63,16 @@ def patch_status(check: PatchCheck | None) -> str | None:
     return check.status + (f": {check.reason}" if check.reason and not check.applies else "")
 
 
+def tests_status(v: Verification | None) -> str | None:
+    if v is None:
+        return None
+    details = [f"{what}: {', '.join(ids[:10])}" + (f" and {len(ids) - 10} more" if len(ids) > 10 else "")
+               for what, ids in (("fixed", v.fixed), ("broke", v.broken)) if ids]
+    timing = f"{v.seconds:.1f} s" if v.status != NOT_RUN else ""
+    extra = "; ".join([timing, *details]) if timing else ""
+    return v.label + (f" ({extra})" if extra else "")
+
+
 def finding_views(result: DiscoverResult) -> list[FindingView]:
     views = []
     for i, f in enumerate(result.findings):
@@ -68,21 +81,28 @@ def finding_views(result: DiscoverResult) -> list[FindingView]:
             action.append(f"{f.action.action_id} ({f.action.type or 'type unknown'})")
             action += [f"{k}: {v}" for k, v in f.action.parameters.items()]
         check = result.patch_checks[i] if i < len(result.patch_checks) else None
+        verification = result.verifications[i] if i < len(result.verifications) else None
         views.append(FindingView(
             number=i + 1, description=f.description, evidence=[evidence_label(result, e) for e in f.evidence],
             template=template_label(result, f), action=action, patch=f.patch,
-            patch_status=patch_status(check), flags=list(f.flags),
+            patch_status=patch_status(check), flags=list(f.flags), tests=tests_status(verification),
+            fixes=verification is not None and verification.status == VERIFIED,
         ))
     return views
 
 
 def header_lines(result: DiscoverResult) -> list[str]:
     model = result.backbone.get("model") or result.backbone.get("name") or "unknown"
-    return [
+    lines = [
         f"Setting: {result.setting}. Program: {result.program_source}. Backbone: {model}.",
         f"Context: {len(result.instance.artifacts)} artifacts in {result.windows} window(s).",
         f"Summary: {result.summary_line()}.",
     ]
+    if result.verify:
+        lines.append(f"Tests: `{result.verify['command']}` ran in a temporary copy of the tree, unpatched (baseline: "
+                     f"{result.verify['baseline']['summary']}) and once per applying patch. A patch counts as a fix "
+                     "only when a test that failed in the baseline passes with it; findings are ordered by this.")
+    return lines
 
 
 def round_rows(result: DiscoverResult) -> list[list[str]]:
@@ -156,6 +176,8 @@ def render_markdown(result: DiscoverResult) -> str:
             out += [f"Action: {md_code(v.action[0])}", *[f"- {md_text(line)}" for line in v.action[1:]], ""]
         if v.patch_status is not None:
             out += [f"Patch: **{md_text(v.patch_status)}** (checked with `{CHECK_COMMAND}`; nothing was applied)", ""]
+        if v.tests is not None:
+            out += [f"Tests: **{md_text(v.tests)}**", ""]
         if v.patch:
             out += [*md_fenced(v.patch, "diff"), ""]
         if v.flags:
@@ -188,6 +210,8 @@ def render_html(result: DiscoverResult) -> str:
         if v.patch_status is not None:
             css = "applies" if v.patch_status == "applies" else "fails"
             part.append(f"<p><b>Patch:</b> <span class='{css}'>{e(v.patch_status)}</span></p>")
+        if v.tests is not None:
+            part.append(f"<p><b>Tests:</b> <span class='{'applies' if v.fixes else 'fails'}'>{e(v.tests)}</span></p>")
         if v.patch:
             part.append(f"<pre>{e(v.patch)}</pre>")
         if v.flags:
@@ -214,14 +238,18 @@ def findings_payload(result: DiscoverResult) -> dict:
         check = result.patch_checks[i] if i < len(result.patch_checks) else None
         if check is not None:
             row["patch_check"] = {"status": check.status, "reason": check.reason}
+        verification = result.verifications[i] if i < len(result.verifications) else None
+        if verification is not None:
+            row["verification"] = verification.to_dict()
         rows.append(row)
-    return {"findings": rows}
+    return {"findings": rows, **({"verify": result.verify} if result.verify else {})}
 
 
 def run_payload(result: DiscoverResult) -> dict:
     return {
         "setting": result.setting, "target": result.target, "program": result.program_source,
         "backbone": result.backbone, "summary": result.summary(), "notes": result.notes, "skipped": result.skipped,
+        **({"verify": result.verify} if result.verify else {}),
         "rounds": [{"window": wr.window, **wr.record.model_dump()} for wr in result.rounds],
     }
 

@@ -7,6 +7,7 @@ run and the findings are merged with the same de-duplication TIDE uses between r
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import logging
 import re
@@ -23,6 +24,7 @@ from tide_dspy.discover import library, windows
 from tide_dspy.discover.ingest import ingest_workspace
 from tide_dspy.discover.patches import DOES_NOT_APPLY, PatchChecker, git, git_toplevel
 from tide_dspy.discover.result import DiscoverResult, WindowRound
+from tide_dspy.discover.verify import DEFAULT_RUN_TIMEOUT, DEFAULT_TOTAL_TIMEOUT, NOT_RUN, Verification, Verifier
 from tide_dspy.discovery import DiscoveryProgram, DiscoveryState
 from tide_dspy.programs import build_program, load_program, program_dir
 from tide_dspy.schemas import Artifact, Instance, RoundRecord
@@ -216,10 +218,44 @@ def head_commit(root: Path) -> str | None:
     return out.stdout.strip() if out.returncode == 0 else None
 
 
+def start_verifier(root: Path, command: str, run_timeout: float, total_timeout: float,
+                   progress: Progress) -> Verifier:
+    verifier = Verifier(root, command, run_timeout=run_timeout, total_timeout=total_timeout)
+    try:
+        for rel in verifier.left_out:
+            progress(f"verify: left {rel} out of the copy (a link that points outside {root})")
+        progress(f"verify: running {command!r} on an unpatched copy of {root} (baseline)")
+        progress(f"verify: baseline {verifier.run_baseline().describe()}")
+    except BaseException:
+        verifier.close()
+        raise
+    return verifier
+
+
+def verify_findings(result: DiscoverResult, verifier: Verifier, progress: Progress) -> None:
+    """Run the tests with each applying patch, record the outcomes, and order the findings by them."""
+    for n, (f, check) in enumerate(zip(result.findings, result.patch_checks), 1):
+        if check is None or not check.applies:
+            result.verifications.append(Verification(NOT_RUN, reason=check.status if check else "no patch"))
+            continue
+        v = verifier.verify(f.patch)
+        result.verifications.append(v)
+        progress(f"verify: finding {n}: {v.label}" + (f" ({v.seconds:.1f} s)" if v.status != NOT_RUN else ""))
+    baseline = verifier.baseline
+    result.verify = {"command": verifier.command, "argv": baseline.argv, "left_out": verifier.left_out,
+                     "baseline": {"returncode": baseline.returncode, "seconds": baseline.seconds,
+                                  "outcomes": baseline.outcomes, "summary": baseline.describe()}}
+    result.order_by_verification()
+
+
 def discover_repository(path: str | Path, *, lm, backbone: str = "local", include: Iterable[str] = (),
                         exclude: Iterable[str] = (), since: str | None = None, program: str | Path | None = None,
                         templates: str | Path | None = None, rounds: int | None = None, per_round: int | None = None,
-                        max_context_tokens: int | None = None, progress: Progress = print) -> DiscoverResult:
+                        max_context_tokens: int | None = None, verify: str | None = None,
+                        verify_timeout: float = DEFAULT_RUN_TIMEOUT, verify_total: float = DEFAULT_TOTAL_TIMEOUT,
+                        progress: Progress = print) -> DiscoverResult:
+    """`verify`: a test command run on a copy of the tree, unpatched and then with each patch that applies
+    (tide_dspy.discover.verify). It executes the project's code, so it runs only when given."""
     started = time.perf_counter()
     root = Path(path).resolve()
     if not root.is_dir():
@@ -237,22 +273,27 @@ def discover_repository(path: str | Path, *, lm, backbone: str = "local", includ
         progress(f"skipped {s['path']}: {s['reason']}")
     if not artifacts:
         raise ValueError(f"{root}: no functions found in the {len(files)} selected Python file(s)")
-    instance = Instance(instance_id=f"discover-{root.name}", setting="repository", repo=root.name,
-                        anchor_commit=head_commit(root) if git_toplevel(root) else None,
-                        artifacts=artifacts, meta={"root": str(root), "files": len(files)})
-    tide, source = choose_program("repository", backbone, program, templates, rounds, per_round)
-    progress(f"{root}: {len(artifacts)} candidate functions in {len(files)} files; using {source}")
-    parts = plan_windows("repository", instance, tide, lm, max_context_tokens,
-                         lambda a: (a.payload["path"], str(PurePosixPath(a.payload["path"]).parent)), progress)
-    findings, records = discover_in_windows(tide, instance, parts, lm, progress)
-    checker = PatchChecker(root)
-    checks = [checker.check(f.patch) for f in findings]
-    for f, check in zip(findings, checks):
-        if check.status == DOES_NOT_APPLY:
-            f.flags.append("patch_does_not_apply")
-    result = DiscoverResult(setting="repository", target=str(root), instance=instance, findings=findings,
-                            program_source=source, templates=list(tide.templates), patch_checks=checks,
-                            rounds=records, windows=len(parts), skipped=skipped, backbone=describe(lm))
+    with contextlib.ExitStack() as stack:
+        verifier = (stack.enter_context(start_verifier(root, verify, verify_timeout, verify_total, progress))
+                    if verify is not None else None)
+        instance = Instance(instance_id=f"discover-{root.name}", setting="repository", repo=root.name,
+                            anchor_commit=head_commit(root) if git_toplevel(root) else None,
+                            artifacts=artifacts, meta={"root": str(root), "files": len(files)})
+        tide, source = choose_program("repository", backbone, program, templates, rounds, per_round)
+        progress(f"{root}: {len(artifacts)} candidate functions in {len(files)} files; using {source}")
+        parts = plan_windows("repository", instance, tide, lm, max_context_tokens,
+                             lambda a: (a.payload["path"], str(PurePosixPath(a.payload["path"]).parent)), progress)
+        findings, records = discover_in_windows(tide, instance, parts, lm, progress)
+        checker = PatchChecker(root)
+        checks = [checker.check(f.patch) for f in findings]
+        for f, check in zip(findings, checks):
+            if check.status == DOES_NOT_APPLY:
+                f.flags.append("patch_does_not_apply")
+        result = DiscoverResult(setting="repository", target=str(root), instance=instance, findings=findings,
+                                program_source=source, templates=list(tide.templates), patch_checks=checks,
+                                rounds=records, windows=len(parts), skipped=skipped, backbone=describe(lm))
+        if verifier is not None:
+            verify_findings(result, verifier, progress)
     return finish(result, started, progress)
 
 
