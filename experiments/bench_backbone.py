@@ -76,6 +76,35 @@ def speed(lm, text: str, gen_tokens: int) -> dict:
     return out
 
 
+def grammar_speed(backbone: str, lm_args: dict, text: str, schemas: dict[str, dict], gen_tokens: int) -> list[dict]:
+    """Generation tokens/s with no grammar, llama-cpp-python's full-vocabulary grammar, and the check-first
+    grammar (tide_dspy.backbones.grammar), side by side on the same cached prompt, per schema. At temperature 0
+    the two grammars must write the same text."""
+    engines = {"free": get_lm(backbone, constrained=False, **lm_args).engine,
+               "grammar (full vocabulary)": get_lm(backbone, fast_grammar=False, **lm_args).engine,
+               "grammar (check first)": get_lm(backbone, fast_grammar=True, **lm_args).engine}
+    rows = []
+    for schema_name, schema in schemas.items():
+        texts, rates = {}, {}
+        for label, engine in engines.items():
+            fmt = None if label == "free" else {"type": "json_schema", "schema": schema}
+            request = Request(model="bench", system="Answer in JSON.", messages=(Message.user(text),),
+                              config=Config(max_tokens=gen_tokens, temperature=0.0, response_format=fmt))
+            engine.complete(request)  # warm: the prompt is evaluated once and reused by the timed call
+            response = engine.complete(request)
+            c = engine.calls[-1]
+            rates[label] = c.output_tokens / c.generation_seconds if c.generation_seconds else None
+            texts[label] = response.message.text if hasattr(response.message, "text") else str(response.message)
+            rows.append(dict(schema=schema_name, mode=label, output_tokens=c.output_tokens,
+                             gen_seconds=round(c.generation_seconds, 2), gen_tok_s=round(rates[label], 1),
+                             grammar_fallbacks=c.grammar_fallbacks))
+        free = rates["free"]
+        for r in rows[-3:]:
+            r["vs_free"] = round(r["gen_tok_s"] / free, 2) if free else None
+        rows[-1]["same_text_as_full_vocabulary"] = texts["grammar (check first)"] == texts["grammar (full vocabulary)"]
+    return rows
+
+
 def run_mode(name: str, lm, adapter, instance, rounds: int, per_round: int, templates=None) -> dict:
     """`rounds` TIDE rounds, all of them: TIDE.forward would stop after a round with nothing new, and the
     reuse ratio needs rounds 2 and 3. Each round is TIDE's own `run_round` on the growing state."""
@@ -101,7 +130,7 @@ def run_mode(name: str, lm, adapter, instance, rounds: int, per_round: int, temp
         gold = [Finding(description=g.description[:400], evidence=g.evidence, round=1) for g in instance.problems]
         for k in range(1, min(2, len(gold)) + 1):
             first = len(engine.calls)
-            out = program.call_round(instance, gold[:k], per_round)
+            out = program.call_round(instance, program.view(instance), gold[:k], per_round)
             c = engine.calls[first]
             rows.append(dict(round=f"probe: {k} found", lm_calls=out.lm_calls, parse_failures=out.parse_failures,
                              parsed_first_time=out.parse_failures == 0, new=None, failed=out.error is not None,

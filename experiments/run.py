@@ -38,6 +38,8 @@ import plots  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 PAPER_ROUNDS = {"workspace": (10, 1), "repository": (3, 3)}
+# The chance floors every table and curve shows beside the methods (no LM call; see tide_dspy.discovery).
+FLOORS = ("random", "first-listed")
 
 
 # ---- inputs ----
@@ -70,16 +72,17 @@ def raw_name(method: str, rounds: int, args) -> str:
 
 def make_program(method: str, args, templates: TemplateLibrary | None = None, rounds: int | None = None):
     T, k = rounds or args.rounds or PAPER_ROUNDS[args.setting][0], args.per_round or PAPER_ROUNDS[args.setting][1]
+    shown = dict(context_order_seed=args.shuffle_context, max_evidence=args.max_evidence)
     if method in ("tide", "iter"):
         return build_program(method, args.setting, templates=templates.templates if templates else None,
-                             max_rounds=T, per_round=k)
+                             max_rounds=T, per_round=k, **shown)
     if method == "iter-demos":
         train = load_instances(data_path(args.setting, args.data), setting=args.setting, split="train")
         return build_program(method, args.setting, demos=solved_demos(train, args.setting, args.demos),
-                             max_rounds=T, per_round=k)
-    if method == "multi":
-        return build_program(method, args.setting, max_rounds=T, per_round=k)
-    return build_program("single", args.setting, max_findings=T * k)
+                             max_rounds=T, per_round=k, **shown)
+    if method in ("multi", *FLOORS):
+        return build_program(method, args.setting, max_rounds=T, per_round=k, **shown)
+    return build_program("single", args.setting, max_findings=T * k, **shown)
 
 
 # ---- raw runs ----
@@ -149,7 +152,7 @@ def write_meta(path: Path, lm, judge, started: float, extra: dict | None = None)
 
 def table1(args, instances, out, lm, judge, stem: str = "table1") -> dict:
     templates = template_library(args)
-    methods = args.methods or ["single", "multi", "tide"]
+    methods = list(dict.fromkeys([*FLOORS, *(args.methods or ["single", "multi", "iter", "tide"])]))
     plan = {m: make_program(m, args, templates) for m in methods}
     raw = run_raw(args, plan, instances, out, lm, judge)
     records = []
@@ -170,11 +173,24 @@ def table1(args, instances, out, lm, judge, stem: str = "table1") -> dict:
     for rec in records:
         cells = [f"{pct_or(rec[f'{c}_coverage'])} / {pct_or(rec[f'{c}_f1'])}" for c in analysis.COMPONENTS]
         lines.append(f"| {rec['method']} | {' | '.join(cells)} |")
+    lines += ["", *floor_ratios(records)]
     (out / f"{stem}.md").write_text("\n".join(lines) + f"\n\njudge: {getattr(judge, 'label', 'none')}\n")
     plots.table1(records, out / f"{stem}.png",
                  title=f"{args.setting} / {args.backbone} / judge: {getattr(judge, 'label', 'none')}")
     print("\n".join(lines))
     return {f"{r['method']}.{c}_f1": r[f"{c}_f1"] for r in records for c in analysis.COMPONENTS if r[f"{c}_f1"] is not None}
+
+
+def floor_ratios(records: list[dict]) -> list[str]:
+    """Each method's retrieval F1 over the higher of the two chance floors, measured in the same run."""
+    floors = {r["method"]: r["retrieval_f1"] or 0.0 for r in records if r["method"] in FLOORS}
+    floor_name, floor = max(floors.items(), key=lambda kv: kv[1])
+    lines = [f"Higher chance floor: {floor_name}, retrieval F1 {floor:.2f}."]
+    for r in records:
+        if r["method"] not in FLOORS and r["retrieval_f1"] is not None:
+            ratio = f"{r['retrieval_f1'] / floor:.2f}x" if floor else "n/a (floor is 0)"
+            lines.append(f"- {r['method']}: retrieval F1 {r['retrieval_f1']:.2f} = {ratio} the floor")
+    return lines
 
 
 def pct_or(v) -> str:
@@ -201,13 +217,13 @@ def steps(args, instances, out, lm, judge) -> dict:
 def budget(args, instances, out, lm, judge) -> dict:
     templates = template_library(args)
     T = max(args.budgets)
-    plan = {raw_name(m, T, args): make_program(m, args, templates, rounds=T) for m in ("tide", "multi")}
+    plan = {raw_name(m, T, args): make_program(m, args, templates, rounds=T) for m in (*FLOORS, "tide", "multi")}
     raw = run_raw(args, plan, instances, out, lm, judge)
     by_id = {i.instance_id: i for i in instances}
     records = []
     for name, rows in raw.items():
         for k, v in analysis.budget_curve(rows, by_id, args.budgets, judge=None).items():
-            records.append({"method": name.split("-")[0], "budget": k, **{x: round(y, 4) for x, y in v.items()}})
+            records.append({"method": name.split("-T")[0], "budget": k, **{x: round(y, 4) for x, y in v.items()}})
     write_csv(out / "budget.csv", records)
     plots.budget(records, out / "budget.png")
     return {}
@@ -216,8 +232,8 @@ def budget(args, instances, out, lm, judge) -> dict:
 def rounds(args, instances, out, lm, judge) -> dict:
     templates = template_library(args)
     T = args.rounds or PAPER_ROUNDS[args.setting][0]
-    raw = run_raw(args, {"tide": make_program("tide", args, templates), "iter": make_program("iter", args)},
-                  instances, out, lm, judge)
+    plan = {m: make_program(m, args, templates) for m in (*FLOORS, "tide", "iter")}
+    raw = run_raw(args, plan, instances, out, lm, judge)
     by_id = {i.instance_id: i for i in instances}
     records = []
     for name, rows in raw.items():
@@ -312,7 +328,11 @@ def main(argv=None) -> int:
     parser.add_argument("--runs", type=int, default=1, help="repeats (distinct rollout ids); spread is reported")
     parser.add_argument("--rounds", type=int, default=None, help="T (default: the paper's, 10 workspace / 3 repository)")
     parser.add_argument("--per-round", type=int, default=None, help="k (default: the paper's, 1 workspace / 3 repository)")
-    parser.add_argument("--methods", nargs="*", default=None, choices=["single", "multi", "tide", "iter", "iter-demos"])
+    parser.add_argument("--methods", nargs="*", default=None, choices=["single", "multi", "tide", "iter", "iter-demos"],
+                        help="LM methods of table1 (default: single multi iter tide); the chance floors always run")
+    parser.add_argument("--shuffle-context", type=int, default=None, metavar="SEED",
+                        help="show artifacts in a seeded shuffled order (results go to a -shuffled<SEED> folder)")
+    parser.add_argument("--max-evidence", type=int, default=None, help="the most artifacts a finding may cite")
     parser.add_argument("--demos", type=int, default=5, help="solved examples for Iter + Demos")
     parser.add_argument("--budgets", type=int, nargs="*", default=list(range(2, 11)))
     parser.add_argument("--pool-sizes", type=int, nargs="*", default=[0, 5, 10, 20, 40, 108])
@@ -324,7 +344,8 @@ def main(argv=None) -> int:
     args.backbones = args.backbones or [args.backbone]
     args.template_sources = args.template_sources or args.backbones
 
-    out = Path(args.out or ROOT / "experiments" / "results" / f"{args.setting}-{args.backbone}")
+    shuffled = f"-shuffled{args.shuffle_context}" if args.shuffle_context is not None else ""
+    out = Path(args.out or ROOT / "experiments" / "results" / f"{args.setting}-{args.backbone}{shuffled}")
     out.mkdir(parents=True, exist_ok=True)
     instances = chosen_instances(args)
     print(f"{len(instances)} instances: {', '.join(i.instance_id for i in instances)}", flush=True)

@@ -13,6 +13,9 @@ import pytest
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
+# Fixture repositories under fixtures/ carry their own test suites; they run only inside those repositories.
+collect_ignore_glob = ["fixtures/*"]
+
 SHARED_DATA = Path(os.environ.get("TIDE_SHARED_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
 WORKSPACE_JSONL = SHARED_DATA / "workspace" / "workspaces.jsonl"
 REPOSITORY_JSONL = SHARED_DATA / "repository" / "swebench_multibug.jsonl"

@@ -49,6 +49,7 @@ class FakeLlama:
 
 
 def local_lm(fake: FakeLlama, **engine_kw) -> dspy.LM:
+    engine_kw.setdefault("fast_grammar", False)  # the check-first grammar needs a real vocabulary (test_local_smoke)
     engine = LlamaCppEngine("qwen2.5-coder-0.5b-instruct", llama=fake, **engine_kw)
     return dspy.LM(engine.spec.dspy_model, engine=engine, temperature=engine.temperature, max_tokens=engine.max_tokens)
 
@@ -206,7 +207,7 @@ def test_engine_turns_a_json_schema_into_a_grammar_only_when_constrained():
     schema = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
     fake = FakeLlama(reply='{"a": 1}')
     for constrained, expected in ((True, {"type": "json_object", "schema": schema}), (False, None)):
-        engine = LlamaCppEngine("qwen2.5-coder-0.5b-instruct", llama=fake, constrained=constrained)
+        engine = LlamaCppEngine("qwen2.5-coder-0.5b-instruct", llama=fake, constrained=constrained, fast_grammar=False)
         engine.complete(_request(engine.spec.dspy_model, response_format={"type": "json_schema", "schema": schema}))
         assert fake.calls[-1].get("response_format") == expected
         assert engine.calls[-1].constrained is constrained

@@ -121,13 +121,13 @@ def test_patch_check_in_a_plain_folder(tmp_path):
 # ---- file selection ----
 
 def test_include_exclude_and_since(repo):
-    assert select_files(repo) == ["pkg/__init__.py", "pkg/mathutil.py", "pkg/text.py", "tools/report.py"]
-    assert select_files(repo, include=["pkg"]) == ["pkg/__init__.py", "pkg/mathutil.py", "pkg/text.py"]
-    assert select_files(repo, include=["*.py"], exclude=["pkg/__init__.py", "tools/*"]) == ["pkg/mathutil.py",
-                                                                                            "pkg/text.py"]
+    assert select_files(repo).files == ["pkg/__init__.py", "pkg/mathutil.py", "pkg/text.py", "tools/report.py"]
+    assert select_files(repo, include=["pkg"]).files == ["pkg/__init__.py", "pkg/mathutil.py", "pkg/text.py"]
+    assert select_files(repo, include=["*.py"], exclude=["pkg/__init__.py", "tools/*"]).files == [
+        "pkg/mathutil.py", "pkg/text.py"]
     (repo / "pkg" / "text.py").write_text(TEXT + "\n\ndef whisper(s):\n    return s.lower()\n")
     (repo / "pkg" / "new.py").write_text("def fresh():\n    return 1\n")
-    assert select_files(repo, since="HEAD") == ["pkg/new.py", "pkg/text.py"]
+    assert select_files(repo, since="HEAD").files == ["pkg/new.py", "pkg/text.py"]
     with pytest.raises(ValueError, match="--since no-such-ref"):
         select_files(repo, since="no-such-ref")
 

@@ -250,6 +250,7 @@ class _FailingPredictor:
     """Stands in for the round predictor: raises what an LM client raises for an oversized prompt."""
 
     lm = None
+    signature = get_setting("workspace").round_signature
 
     def __init__(self, exc):
         self.exc, self.calls = exc, 0

@@ -32,6 +32,9 @@ class Flaky(dspy.Module):
     def config(self):
         return self.inner.config()
 
+    def dump_state(self, json_mode=True):  # the same program, so the same state hash in config.json
+        return self.inner.dump_state(json_mode)
+
 
 @pytest.fixture(scope="module")
 def train():

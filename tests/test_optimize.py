@@ -6,11 +6,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
+import dspy
 import pytest
 from routed_lm import RoutedLM, shared_instances
 
@@ -25,6 +27,7 @@ from tide_dspy.optimize import (
 )
 from tide_dspy.programs import build_program
 from tide_dspy.schemas import Template
+from tide_dspy.shipped import OPTIMIZERS_DIR
 from tide_dspy.templates import TemplateLibrary, solved_demos
 
 TEMPLATES = [Template(id=f"ws-t0{i}", name=f"pattern {i}", pattern=f"shape {i}", evidence_flow=["x"]) for i in range(1, 5)]
@@ -51,12 +54,12 @@ def test_split_train_is_seeded_disjoint_and_refuses_test(train, workspace_instan
 
 
 def test_every_optimizer_config_loads_and_names_a_real_class():
-    from tide_dspy.optimize import _class
+    from tide_dspy.optimize import optimizer_class
 
     assert set(available_optimizers()) >= {"miprov2", "copro", "gepa", "simba", "bootstrap"}
     for name in available_optimizers():
         config = load_optimizer_config(name)
-        assert callable(_class(config["optimizer"], config["path"]))
+        assert callable(optimizer_class(config["optimizer"], config["path"]))
         init, _ = optimizer_arguments(config, demos=None, options=None, n_train=10)
         if name != "bootstrap":  # instruction-only by default; bootstrap is the demo optimizer
             assert all(v == 0 for k, v in init.items() if "demos" in k), name
@@ -64,11 +67,41 @@ def test_every_optimizer_config_loads_and_names_a_real_class():
         load_optimizer_config("nonesuch")
 
 
-def test_a_project_optimizers_folder_is_found_first(tmp_path, monkeypatch):
-    (tmp_path / "optimizers").mkdir()
-    (tmp_path / "optimizers" / "mine.yaml").write_text("optimizer: dspy.COPRO\ninit: {breadth: 2}\ncompile: {}\n")
+HOSTILE = Path(__file__).parent / "fixtures" / "hostile"
+
+
+def test_an_optimizers_folder_in_the_working_directory_is_never_read(tmp_path, monkeypatch):
+    shutil.copytree(HOSTILE / "optimizers", tmp_path / "optimizers")
     monkeypatch.chdir(tmp_path)
-    assert "mine" in available_optimizers() and load_optimizer_config("mine")["init"] == {"breadth": 2}
+    monkeypatch.delenv("TIDE_OPTIMIZERS", raising=False)
+    config = load_optimizer_config("copro")
+    assert config["optimizer"] == "dspy.teleprompt.COPRO"
+    assert Path(config["path"]).parent == OPTIMIZERS_DIR
+    assert not (tmp_path / "PWNED").exists()
+
+
+def test_tide_optimizers_adds_configs_but_never_replaces_a_shipped_one(monkeypatch):
+    monkeypatch.setenv("TIDE_OPTIMIZERS", str(HOSTILE / "extra_optimizers"))
+    assert load_optimizer_config("mine")["init"] == {"breadth": 2}
+    assert load_optimizer_config("copro")["optimizer"] == "dspy.teleprompt.COPRO"
+
+
+@pytest.mark.parametrize("how", ["path", "env"])
+def test_a_config_naming_any_other_callable_is_refused(tmp_path, monkeypatch, how):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("TIDE_OPTIMIZERS", str(HOSTILE / "extra_optimizers"))
+    target = str(HOSTILE / "extra_optimizers" / "evil.yaml") if how == "path" else "evil"
+    with pytest.raises(ValueError, match=r"evil.yaml: optimizer 'subprocess.getoutput' is not a DSPy optimizer"):
+        load_optimizer_config(target)
+    assert not (tmp_path / "PWNED").exists()
+
+
+def test_compile_refuses_a_hostile_optimizer_before_it_runs(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError, match="not a DSPy optimizer"):
+        compile_program(build_program("iter", "workspace"), [], [], str(HOSTILE / "optimizers" / "copro.yaml"),
+                        lm=dspy.utils.DummyLM([]))
+    assert not (tmp_path / "PWNED").exists()
 
 
 def test_demos_overrides_and_fit_to_trainset():

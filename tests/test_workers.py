@@ -40,6 +40,9 @@ class Slow(dspy.Module):
     def config(self):
         return self.inner.config()
 
+    def dump_state(self, json_mode=True):  # the same program, so the same state hash in config.json
+        return self.inner.dump_state(json_mode)
+
 
 class Crash(BaseException):
     """Stands for a kill."""

@@ -7,6 +7,7 @@ builds the next state with `state.extend(...)`. Nothing is kept on `self` betwee
 from __future__ import annotations
 
 import logging
+import random
 import time
 from dataclasses import dataclass, field
 
@@ -16,7 +17,7 @@ from rapidfuzz import fuzz
 
 from tide_dspy.backbones.usage import entries_since, usage_mark, usage_tokens
 from tide_dspy.schemas import Finding, Instance, RoundRecord, Template
-from tide_dspy.settings import NO_GUIDANCE, Hygiene, Setting, get_setting, render_templates
+from tide_dspy.settings import NO_GUIDANCE, ContextView, Hygiene, Setting, get_setting, render_templates
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +77,8 @@ class DiscoveryProgram(dspy.Module):
         per_round: int = 3,
         max_retries: int = 2,
         dedup_threshold: float = 80.0,
+        max_evidence: int | None = None,
+        context_order_seed: int | None = None,
     ):
         super().__init__()
         if guidance not in GUIDANCE_KINDS:
@@ -84,6 +87,8 @@ class DiscoveryProgram(dspy.Module):
             raise ValueError("guidance='demos' needs solved examples: pass demos=[...] (see tide_dspy.templates.solved_demos)")
         if max_rounds < 1 or per_round < 1:
             raise ValueError(f"max_rounds and per_round must be >= 1, got {max_rounds} and {per_round}")
+        if max_evidence is not None and max_evidence < 1:
+            raise ValueError(f"max_evidence must be >= 1 (or None for the setting's default), got {max_evidence}")
         self.setting_name = setting
         self.templates = list(templates or [])
         self.demos = list(demos or [])
@@ -92,6 +97,8 @@ class DiscoveryProgram(dspy.Module):
         self.per_round = per_round
         self.max_retries = max_retries
         self.dedup_threshold = dedup_threshold
+        self.max_evidence = max_evidence or get_setting(setting).max_evidence
+        self.context_order_seed = context_order_seed
         self.discover = dspy.Predict(get_setting(setting).round_signature)
 
     def __call__(self, *args, **kwargs):
@@ -119,6 +126,8 @@ class DiscoveryProgram(dspy.Module):
             per_round=self.per_round,
             max_retries=self.max_retries,
             dedup_threshold=self.dedup_threshold,
+            max_evidence=self.max_evidence,
+            context_order_seed=self.context_order_seed,
             templates=[t.model_dump() for t in self.templates],
             demos=self.demos,
         )
@@ -145,13 +154,20 @@ class DiscoveryProgram(dspy.Module):
             return "\n\n".join(self.demos)
         return NO_GUIDANCE
 
-    def call_round(self, instance: Instance, found: list[Finding], max_new: int, rollout: int | None = None,
-                   temperature: float | None = None) -> CallOutcome:
+    def view(self, instance: Instance) -> ContextView:
+        """The artifacts in the order this program shows them, with their handles."""
+        return ContextView.of(instance, self.context_order_seed)
+
+    def call_round(self, instance: Instance, view: ContextView, found: list[Finding], max_new: int,
+                   rollout: int | None = None, temperature: float | None = None) -> CallOutcome:
         """One predictor call with a bounded retry on unparseable output.
 
-        Unparseable output is retried; any other failure (context window, auth, provider) is recorded without a
-        retry and marks the outcome `aborted`. Never raises for what the LM does."""
-        inputs = self.setting.round_inputs(instance, self.guidance_text(), found, max_new)
+        The call's signature is the predictor's own (instructions and demos as compiled) with its findings grounded
+        in this instance (settings.Setting.grounded_signature). Unparseable output is retried; any other failure
+        (context window, auth, provider) is recorded without a retry and marks the outcome `aborted`. Never raises
+        for what the LM does."""
+        inputs = self.setting.round_inputs(instance, view, self.guidance_text(), found, max_new)
+        signature = self.setting.grounded_signature(self.discover.signature, instance, view, max_new, self.max_evidence)
         out = CallOutcome()
         lm = self.discover.lm or dspy.settings.lm
         if lm is None:
@@ -168,7 +184,7 @@ class DiscoveryProgram(dspy.Module):
                 config["temperature"] = temperature if temperature is not None else (0.7 if attempt else None)
                 config = {k: v for k, v in config.items() if v is not None}
             try:
-                pred = self.discover(**inputs, config=config) if config else self.discover(**inputs)
+                pred = self.discover(**inputs, signature=signature, config=config)
                 out.drafts = list(pred.findings or [])[:max_new]
                 out.error = None
                 break
@@ -192,15 +208,13 @@ class DiscoveryProgram(dspy.Module):
         out.input_tokens, out.output_tokens = usage_tokens(entries)
         return out
 
-    def clean(self, drafts: list, instance: Instance, round_no: int) -> tuple[list[Finding], list[Hygiene]]:
-        cleaned = [self.setting.clean(d, instance, round_no) for d in drafts]
-        return [f for f, _ in cleaned], [h for _, h in cleaned]
-
     def run_round(self, instance: Instance, state: DiscoveryState, round_no: int, max_new: int,
                   rollout: int | None = None, temperature: float | None = None) -> tuple[DiscoveryState, RoundRecord]:
         t0 = time.perf_counter()
-        out = self.call_round(instance, list(state.findings), max_new, rollout, temperature)
-        findings, hygiene = self.clean(out.drafts, instance, round_no)
+        view = self.view(instance)
+        out = self.call_round(instance, view, list(state.findings), max_new, rollout, temperature)
+        cleaned = [self.setting.clean(d, instance, round_no, view) for d in out.drafts]
+        findings, hygiene = [f for f, _ in cleaned], [h for _, h in cleaned]
         dropped = [i for h in hygiene for i in h.dropped_ids]
         next_state, new, rediscovered = state.extend(findings, self.dedup_threshold)
         record = RoundRecord(
@@ -224,7 +238,10 @@ class TIDE(DiscoveryProgram):
     def forward(self, instance: Instance, on_round=None) -> dspy.Prediction:
         state, rounds = DiscoveryState(), []
         for t in range(1, self.max_rounds + 1):
-            state, record = self.run_round(instance, state, t, self.per_round)
+            # After a failed round the state is unchanged, so the plain call would resend the failed prompt and
+            # replay its cached answer: the next round is a fresh rollout instead.
+            fresh = bool(rounds) and rounds[-1].failed
+            state, record = self.run_round(instance, state, t, self.per_round, rollout=t if fresh else None)
             rounds.append(record)
             if on_round:
                 on_round(record)
@@ -276,8 +293,63 @@ class MultiAgent(DiscoveryProgram):
         return dspy.Prediction(findings=list(pooled.findings), rounds=rounds)
 
 
+class ChanceBaseline(DiscoveryProgram):
+    """A floor that reads nothing: `n_findings` findings of `evidence_size` artifacts each, no LM call.
+
+    Findings are spread over rounds of `per_round`, so budget and per-round curves re-score them as they do
+    TIDE's. The description says what the finding is; workspace findings take the library's first action."""
+
+    def __init__(self, setting: str, n_findings: int | None = None, evidence_size: int | None = None,
+                 seed: int = 0, **kwargs):
+        super().__init__(setting, **kwargs)
+        self.n_findings = n_findings or self.max_rounds * self.per_round
+        self.evidence_size = evidence_size or self.setting.typical_evidence
+        self.seed = seed
+
+    def config(self) -> dict:
+        return {**super().config(), "n_findings": self.n_findings, "evidence_size": self.evidence_size,
+                "seed": self.seed}
+
+    def picks(self, instance: Instance, view: ContextView) -> list[list[str]]:
+        raise NotImplementedError
+
+    def forward(self, instance: Instance, on_round=None) -> dspy.Prediction:
+        view = self.view(instance)
+        action = next(iter(instance.actions), None)
+        findings = [
+            Finding(description=f"{type(self).__name__} pick {i + 1}", evidence=ids, round=i // self.per_round + 1,
+                    **({"action": {"action_id": action.id, "type": action.type}} if action else {}))
+            for i, ids in enumerate(self.picks(instance, view)[: self.n_findings])
+        ]
+        rounds = []
+        for t in range(1, max((f.round for f in findings), default=0) + 1):
+            rounds.append(RoundRecord(round=t, new=sum(f.round == t for f in findings)))
+            if on_round:
+                on_round(rounds[-1])
+        return dspy.Prediction(findings=findings, rounds=rounds)
+
+
+class RandomBaseline(ChanceBaseline):
+    """Each finding cites `evidence_size` artifacts drawn at random (seeded by `seed` and the instance)."""
+
+    def picks(self, instance: Instance, view: ContextView) -> list[list[str]]:
+        ids = view.ids
+        rng = random.Random(f"{self.seed}:{instance.instance_id}")
+        return [rng.sample(ids, min(self.evidence_size, len(ids))) for _ in range(self.n_findings)]
+
+
+class FirstListed(ChanceBaseline):
+    """Cites the artifacts in the order the program shows them: the first `evidence_size`, then the next ones."""
+
+    def picks(self, instance: Instance, view: ContextView) -> list[list[str]]:
+        ids, m = view.ids, self.evidence_size
+        return [ids[i:i + m] for i in range(0, len(ids), m)]
+
+
 PROGRAM_KINDS: dict[str, type[DiscoveryProgram]] = {
     "TIDE": TIDE,
     "SingleAgent": SingleAgent,
     "MultiAgent": MultiAgent,
+    "RandomBaseline": RandomBaseline,
+    "FirstListed": FirstListed,
 }

@@ -10,6 +10,7 @@ it continues (config.json says which); its instances and LM usage are added to t
 from __future__ import annotations
 
 import contextvars
+import hashlib
 import json
 import logging
 import os
@@ -55,6 +56,8 @@ def context_tokens(instance: Instance) -> int:
 def select_instances(instances: list[Instance], *, max_context_tokens: int | None = None,
                      limit: int | None = None) -> list[Instance]:
     """Instances whose rendered context fits `max_context_tokens` (estimated), smallest first, then the first `limit`."""
+    if limit is not None and limit < 1:
+        raise ValueError(f"limit must be at least 1, got {limit}")
     if max_context_tokens is not None:
         sized = sorted(((context_tokens(i), n, i) for n, i in enumerate(instances)), key=lambda x: (x[0], x[1]))
         instances = [i for tokens, _, i in sized if tokens <= max_context_tokens]
@@ -67,18 +70,49 @@ def read_rows(path: str | Path) -> dict[str, dict]:
     rows: dict[str, dict] = {}
     if not path.exists():
         return rows
-    with path.open() as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
+    with path.open("rb") as f:
+        for n, raw in enumerate(f, 1):
+            if not raw.strip():
                 continue
             try:
-                row = json.loads(line)
-            except json.JSONDecodeError:
+                row = json.loads(raw.decode("utf-8"))
+            except (json.JSONDecodeError, UnicodeDecodeError):
                 # A crash can cut the last line short; everything before it is intact.
                 log.warning("%s: line %d is not valid JSON (an interrupted write?); ignoring it", path, n)
                 continue
+            except RecursionError:
+                raise ValueError(f"{path}: line {n} is nested too deeply to be a result row; start over with "
+                                 "--fresh or write to another --out") from None
+            if not isinstance(row, dict) or "instance_id" not in row:
+                raise ValueError(f"{path}: line {n} is not a result row (no instance_id); start over with --fresh "
+                                 "or write to another --out")
             rows[row["instance_id"]] = row
     return rows
+
+
+def trim_partial_line(path: Path) -> None:
+    """Cut a last line that a crash left without its newline, so the next row starts on a line of its own."""
+    if not path.exists() or path.stat().st_size == 0:
+        return
+    with path.open("rb+") as f:
+        f.seek(-1, os.SEEK_END)
+        if f.read(1) == b"\n":
+            return
+        f.seek(0)
+        data = f.read()
+        keep = data.rfind(b"\n") + 1
+        log.warning("%s: the last row was cut off mid-write (%d bytes); dropping it before appending",
+                    path, len(data) - keep)
+        f.truncate(keep)
+
+
+def program_hash(program) -> str:
+    """SHA-256 of a program's full state (instructions, demos, config), without any LM it carries."""
+    state = program.dump_state() if hasattr(program, "dump_state") else {"repr": repr(program)}
+    for value in state.values():
+        if isinstance(value, dict) and "lm" in value:
+            value["lm"] = None
+    return hashlib.sha256(json.dumps(state, sort_keys=True, default=str).encode()).hexdigest()
 
 
 def _run_one(program, instance: Instance, judge, on_round) -> dict:
@@ -169,9 +203,13 @@ def evaluate(
     method: str | None = None,
     config: dict | None = None,
     workers: int = 1,
+    execute=None,
 ) -> dict:
     """Score `program` on `instances`, `workers` at a time; returns metrics.aggregate(...) plus counts (n_run,
-    n_resumed, n_failed)."""
+    n_resumed, n_failed).
+
+    `execute(instance, findings)` (e.g. metrics.execution.ExecutionJudge) also runs the instance's tests against
+    the findings' patches; its dict goes into the row as "execution" and the total into result["execution"]."""
     from tide_dspy.programs import method_of
     from tide_dspy.backbones.usage import lm_usage, usage_mark
 
@@ -182,6 +220,7 @@ def evaluate(
     if out_path is not None:
         out_path.parent.mkdir(parents=True, exist_ok=True)
         if resume:
+            trim_partial_line(out_path)
             done = {k: r for k, r in read_rows(out_path).items() if not r.get("error")}
         elif out_path.exists():
             out_path.unlink()
@@ -203,8 +242,13 @@ def evaluate(
     workers = check_workers(workers, run_lm)
     bar = tqdm(total=len(todo), desc=f"evaluate {method}", unit="inst", disable=not progress)
     with dspy.context(**({"lm": lm} if lm is not None else {})):
+        by_id = {i.instance_id: i for i in todo}
         for row in _run_all(program, todo, judge, workers, bar, run_lm, marks["backbone"]):
             row = {"instance_id": row.pop("instance_id"), "method": method, **row}
+            if execute is not None:
+                # Tests run in this thread, one instance at a time, as each instance's findings arrive.
+                bar.set_postfix_str(f"{row['instance_id']}: running its tests")
+                row["execution"] = execute(by_id[row["instance_id"]], row["findings"])
             rows[row["instance_id"]] = row
             if out_path is not None:
                 with out_path.open("a") as f:
@@ -221,6 +265,10 @@ def evaluate(
         n_failed=sum(1 for r in rows.values() if r.get("error")),
         findings=sum(len(r["findings"]) for r in rows.values()),
     )
+    if execute is not None:
+        from tide_dspy.metrics.execution import execution_rate
+
+        result["execution"] = execution_rate([rows[i.instance_id] for i in instances if i.instance_id in rows])
     usage = {"backbone": lm_usage(run_lm, marks["backbone"]), "judge": lm_usage(judge_lm, marks["judge"])}
     result["lm_usage"] = usage
     if out_path is not None:
@@ -239,6 +287,7 @@ def run_config(program, method: str, judge, lm, instances: list[Instance], extra
     return {
         "method": method,
         "program": {**config, "template_ids": [t["id"] for t in templates], "n_demos": len(getattr(program, "demos", []))},
+        "program_hash": program_hash(program),
         "judge": getattr(judge, "label", "none") if judge is not None else "none",
         "lm": describe_lm(lm) if lm is not None else None,
         "instances": [i.instance_id for i in instances],
@@ -247,14 +296,20 @@ def run_config(program, method: str, judge, lm, instances: list[Instance], extra
 
 
 # Fields of config.json that must match for rows to be continued; instances may grow, other fields are informative.
-RESUME_KEYS = ("method", "program", "judge")
+RESUME_KEYS = ("method", "program", "program_hash", "judge")
 
 
 def continued_config(path: Path, now: dict) -> dict:
-    """The config of a resumed run: checked against the earlier one, with the instances of both."""
+    """The config of a resumed run: checked against the earlier one, with the instances of both.
+
+    Without a complete config.json nothing says which run made the rows, so they are not continued."""
     before = _read_json(path)
-    if before is None:
-        return now
+    missing = [k for k in RESUME_KEYS if k not in before] if isinstance(before, dict) else []
+    if not isinstance(before, dict) or missing:
+        state = ("is missing" if not path.exists() else "is cut off or not valid JSON" if before is None
+                 else f"lacks {', '.join(missing)} (cut off, or written by an older tide-dspy)")
+        raise ValueError(f"{path} {state}, so nothing says which program and settings made the rows beside it; "
+                         "they cannot be resumed: start over (--fresh / resume=False) or write to another --out")
     changed = [k for k in RESUME_KEYS if before.get(k) != now.get(k)]
     model_before, model_now = ((c.get("lm") or {}).get("model") for c in (before, now))
     if model_before != model_now:

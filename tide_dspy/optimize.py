@@ -21,12 +21,15 @@ import dspy
 import yaml
 
 from tide_dspy import metrics
+from tide_dspy.data.records import read_yaml_file
 from tide_dspy.schemas import Instance
+from tide_dspy.shipped import NOT_SHIPPED, OPTIMIZERS_DIR
 
 log = logging.getLogger(__name__)
 
 OPTIMIZERS_ENV = "TIDE_OPTIMIZERS"
-REPO_ROOT = Path(__file__).resolve().parents[1]
+# Classes a config may name besides the optimizers that dspy.teleprompt exports.
+ALLOWED_OPTIMIZERS: frozenset[str] = frozenset()
 SPLIT_SEED = 0
 
 
@@ -87,9 +90,10 @@ def aggregate_value(result: dict, spec: str) -> float:
 # ---- optimizer configs ----
 
 def optimizer_dirs() -> list[Path]:
-    """$TIDE_OPTIMIZERS, ./optimizers, then the checkout's optimizers/ (a wheel install has no checkout)."""
-    dirs = [Path(os.environ[OPTIMIZERS_ENV])] if os.environ.get(OPTIMIZERS_ENV) else []
-    return list(dict.fromkeys(dirs + [Path.cwd() / "optimizers", REPO_ROOT / "optimizers"]))
+    """The shipped optimizers/ first, then $TIDE_OPTIMIZERS; never the working directory (see tide_dspy.shipped)."""
+    shipped = [OPTIMIZERS_DIR] if OPTIMIZERS_DIR else []
+    extra = [Path(os.environ[OPTIMIZERS_ENV])] if os.environ.get(OPTIMIZERS_ENV) else []
+    return list(dict.fromkeys([*shipped, *extra]))
 
 
 def available_optimizers() -> list[str]:
@@ -97,22 +101,28 @@ def available_optimizers() -> list[str]:
 
 
 def load_optimizer_config(name_or_path: str) -> dict:
-    """An optimizer config by name (optimizers/<name>.yaml, or $TIDE_OPTIMIZERS/<name>.yaml) or by path."""
+    """An optimizer config by name (the shipped optimizers/<name>.yaml, else $TIDE_OPTIMIZERS/<name>.yaml) or by an
+    explicit .yaml path. The class it names is checked by `optimizer_class` before anything is built."""
     path = Path(name_or_path)
     if path.suffix not in (".yaml", ".yml"):
         path = next((d / f"{name_or_path}.yaml" for d in optimizer_dirs() if (d / f"{name_or_path}.yaml").exists()),
                     None)
         if path is None:
             raise ValueError(f"unknown optimizer {name_or_path!r}; available: {available_optimizers()} "
-                             f"(configs live in {[str(d) for d in optimizer_dirs()]})")
+                             f"(configs live in {[str(d) for d in optimizer_dirs()]}"
+                             f"{'' if OPTIMIZERS_DIR else '; ' + NOT_SHIPPED}); pass --optimizer PATH.yaml or "
+                             f"set {OPTIMIZERS_ENV}")
     if not path.exists():
         raise FileNotFoundError(f"{path}: no optimizer config here")
-    config = yaml.safe_load(path.read_text()) or {}
+    config = read_yaml_file(path) or {}
+    if not isinstance(config, dict):
+        raise ValueError(f"{path}: expected a mapping with 'optimizer', 'init' and 'compile' (see optimizers/copro.yaml)")
     for key in ("optimizer", "init", "compile"):
         if key not in config:
             raise ValueError(f"{path}: missing '{key}' (see optimizers/copro.yaml for the format)")
     config["path"] = str(path)
     config.setdefault("name", path.stem)
+    optimizer_class(config["optimizer"], config["path"])
     return config
 
 
@@ -145,12 +155,37 @@ def _resolve(value, bindings: dict, source: str):
     return value
 
 
-def _class(dotted: str, source: str):
-    module, _, name = dotted.rpartition(".")
-    try:
-        return getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError) as exc:
-        raise ValueError(f"{source}: optimizer class {dotted!r} not found ({exc})") from None
+def teleprompt_optimizers() -> dict[str, type]:
+    """dotted name -> class of every optimizer dspy.teleprompt exports (subclasses of its Teleprompter)."""
+    import dspy.teleprompt as teleprompt
+
+    found = {}
+    for name in dir(teleprompt):
+        value = getattr(teleprompt, name)
+        if isinstance(value, type) and issubclass(value, teleprompt.Teleprompter) and value is not teleprompt.Teleprompter:
+            found[f"dspy.teleprompt.{name}"] = value
+    return found
+
+
+def optimizer_class(dotted, source: str) -> type:
+    """The class a config names: one of dspy.teleprompt's optimizers or a name in ALLOWED_OPTIMIZERS, nothing else.
+
+    A config may come from a folder the user did not write, so it never gets to name an arbitrary callable."""
+    known = teleprompt_optimizers()
+    short = {n.rpartition(".")[2]: cls for n, cls in known.items()}
+    if isinstance(dotted, str) and dotted in known:
+        return known[dotted]
+    if isinstance(dotted, str) and dotted.startswith("dspy.") and dotted.count(".") == 1 and dotted[5:] in short:
+        return short[dotted[5:]]  # dspy.COPRO: the same class, exported at the top level
+    if isinstance(dotted, str) and dotted in ALLOWED_OPTIMIZERS:
+        module, _, name = dotted.rpartition(".")
+        try:
+            return getattr(importlib.import_module(module), name)
+        except (ImportError, AttributeError) as exc:
+            raise ValueError(f"{source}: optimizer class {dotted!r} not found ({exc})") from None
+    raise ValueError(f"{source}: optimizer {dotted!r} is not a DSPy optimizer; name one of dspy.teleprompt's "
+                     f"({', '.join(sorted(n.rpartition('.')[2] for n in known))}), e.g. dspy.teleprompt.COPRO, "
+                     "or add the class to tide_dspy.optimize.ALLOWED_OPTIMIZERS")
 
 
 def optimizer_arguments(config: dict, *, demos: int | None, options: dict | None, n_train: int) -> tuple[dict, dict]:
@@ -217,7 +252,7 @@ def compile_program(
              {k: v for k, v in init.items() if not str(v).startswith("$")}, list(comp))
     # Inside the context: some optimizers read dspy.settings.lm when they are built.
     with dspy.context(lm=lm), dspy_autolog(autolog):
-        teleprompter = _class(config["optimizer"], source)(**_resolve(init, bindings, source))
+        teleprompter = optimizer_class(config["optimizer"], source)(**_resolve(init, bindings, source))
         compiled = teleprompter.compile(program, **_resolve(comp, bindings, source))
     return compiled
 

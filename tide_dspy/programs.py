@@ -13,8 +13,8 @@ from pathlib import Path
 import dspy
 
 from tide_dspy.backbones.registry import scrub_secrets
-from tide_dspy.data.records import read_json_file
-from tide_dspy.discovery import DiscoveryProgram, MultiAgent, SingleAgent, TIDE
+from tide_dspy.data.records import describe_record_error, read_json_file
+from tide_dspy.discovery import TIDE, DiscoveryProgram, FirstListed, MultiAgent, RandomBaseline, SingleAgent
 from tide_dspy.schemas import Template
 
 # method -> (class, fixed config). The paper's ablations are TIDE with other guidance.
@@ -24,6 +24,9 @@ METHODS: dict[str, tuple[type[DiscoveryProgram], dict]] = {
     "multi": (MultiAgent, {"guidance": "none"}),
     "iter": (TIDE, {"guidance": "none"}),
     "iter-demos": (TIDE, {"guidance": "demos"}),
+    # Chance floors: no LM call; T*k findings citing the setting's typical number of artifacts.
+    "random": (RandomBaseline, {"guidance": "none"}),
+    "first-listed": (FirstListed, {"guidance": "none"}),
 }
 
 # The paper's loop shapes: workspace T=10 rounds of one finding, repository T=3 rounds of several.
@@ -33,6 +36,16 @@ SETTING_DEFAULTS = {
 }
 
 MODEL_URI_SCHEMES = ("models:/", "runs:/")
+
+# Saved config values are bounded: a program file may come from anywhere, and it sets how many LM calls a run makes.
+CONFIG_BOUNDS: dict[str, tuple[float, float]] = {
+    "max_rounds": (1, 100), "per_round": (1, 100), "max_retries": (0, 10), "dedup_threshold": (0, 100),
+    "temperature": (0, 2), "max_evidence": (1, 50), "n_findings": (1, 1000), "evidence_size": (1, 50),
+}
+# Seeds: any integer, or null for none.
+SEED_KEYS = ("context_order_seed", "seed")
+CONFIG_KEYS = frozenset({"kind", "setting", "guidance", "templates", "demos", *CONFIG_BOUNDS, *SEED_KEYS})
+STATE_KEYS = frozenset({"metadata", "tide_config", "tide_extra"})
 
 
 def _as_templates(templates) -> list[Template]:
@@ -96,6 +109,8 @@ def save_program(program: DiscoveryProgram, path: str | Path, extra: dict | None
     path.parent.mkdir(parents=True, exist_ok=True)
     program.save(str(path))
     state = json.loads(path.read_text())
+    for name, _ in program.named_predictors():
+        state[name]["lm"] = None  # the LM is the user's choice at run time (and its state may hold headers)
     state["tide_extra"] = scrub_secrets({"method": method_of(program), "dspy_version": dspy.__version__, **(extra or {})})
     path.write_text(json.dumps(state, indent=2, ensure_ascii=False) + "\n")
     return path
@@ -107,8 +122,14 @@ def fetch_program_file(uri: str) -> Path:
 
     from tide_dspy.tracking import configure_tracking
 
-    configure_tracking()
-    local = Path(mlflow.artifacts.download_artifacts(artifact_uri=uri))
+    tracking = configure_tracking()
+    try:
+        local = Path(mlflow.artifacts.download_artifacts(artifact_uri=uri))
+    except Exception as exc:  # noqa: BLE001 - MlflowException and the store's own errors
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ValueError(f"{uri}: not found in the MLflow store {tracking} ({first[:300]}); check the name and "
+                         "version (models:/<name>/<version>), set MLFLOW_TRACKING_URI to the store that holds it, "
+                         "or pass the program's JSON path") from None
     if local.is_file():
         return local
     files = sorted(local.rglob("*.json"))
@@ -119,12 +140,40 @@ def fetch_program_file(uri: str) -> Path:
     return programs[0]
 
 
+def check_config(config, path: Path) -> dict:
+    """A saved tide_config that names only known keys, has kind and setting, and keeps its numbers in bounds."""
+    fix = "save the program again (tide compile, or tide_dspy.save_program)"
+    if not isinstance(config, dict):
+        raise ValueError(f"{path}: 'tide_config' must be an object, not {type(config).__name__}; {fix}")
+    unknown = sorted(set(config) - CONFIG_KEYS)
+    missing = [k for k in ("kind", "setting") if k not in config]
+    if unknown or missing:
+        parts = ([f"unknown key(s) {unknown}"] if unknown else []) + ([f"missing key(s) {missing}"] if missing else [])
+        raise ValueError(f"{path}: tide_config has {' and '.join(parts)}; {fix}")
+    for key, (low, high) in CONFIG_BOUNDS.items():
+        if key not in config:
+            continue
+        value = config[key]
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
+            raise ValueError(f"{path}: tide_config.{key} = {value!r} is out of bounds; it must be a number from "
+                             f"{low} to {high} (edit the file, or override it with --rounds / --per-round)")
+    for key in SEED_KEYS:
+        value = config.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            raise ValueError(f"{path}: tide_config.{key} = {value!r} must be an integer or null; {fix}")
+    for key in ("templates", "demos"):
+        if not isinstance(config.get(key, []), list):
+            raise ValueError(f"{path}: tide_config.{key} must be a list; {fix}")
+    return config
+
+
 def read_program_state(path_or_uri: str | Path) -> tuple[dict, Path]:
     text = str(path_or_uri)
     path = fetch_program_file(text) if text.startswith(MODEL_URI_SCHEMES) else Path(path_or_uri)
     state = read_json_file(path, "no saved program here (make one with `tide compile` or save_program)")
-    if "tide_config" not in state:
+    if not isinstance(state, dict) or "tide_config" not in state:
         raise ValueError(f"{path}: no 'tide_config' in this state file; it was not saved by tide_dspy.save_program")
+    check_config(state["tide_config"], path)
     return state, path
 
 
@@ -132,10 +181,26 @@ def load_program(path_or_uri: str | Path) -> DiscoveryProgram:
     """A ready module from a saved JSON file or an MLflow model URI (`models:/tide-repository-local/1`).
 
     The module is rebuilt from our classes with the saved config, then DSPy's state (optimized instructions,
-    demos) is loaded on top. `program.tide_extra` carries the saved extra config (backbone, ...)."""
+    demos) is loaded on top. An LM saved with the state is dropped: the program runs on the LM the caller
+    chooses. `program.tide_extra` carries the saved extra config (backbone, ...)."""
     state, path = read_program_state(path_or_uri)
-    program = DiscoveryProgram.from_config(state["tide_config"])
-    program.load_state(state)
+    fix = "save the program again (tide compile, or tide_dspy.save_program)"
+    try:
+        program = DiscoveryProgram.from_config(state["tide_config"])
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{path}: tide_config does not build a program ({describe_record_error(exc)}); {fix}") from None
+    names = [name for name, _ in program.named_predictors()]
+    missing = [n for n in names if not isinstance(state.get(n), dict)]
+    extra = sorted(set(state) - set(names) - STATE_KEYS)
+    if missing or extra:
+        parts = ([f"no predictor state for {missing}"] if missing else []) + ([f"unknown key(s) {extra}"] if extra else [])
+        raise ValueError(f"{path}: {' and '.join(parts)}; {fix}")
+    try:
+        program.load_state({k: v for k, v in state.items() if k in names})
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise ValueError(f"{path}: predictor state does not load ({type(exc).__name__}: {exc}); {fix}") from None
+    for _, predictor in program.named_predictors():
+        predictor.lm = None
     program.tide_extra = state.get("tide_extra", {})
     program.source_path = str(path)
     return program

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 Setting = Literal["workspace", "repository"]
 SETTING_NAMES: tuple[str, ...] = get_args(Setting)
@@ -160,18 +161,45 @@ class RoundRecord(BaseModel):
 # ---- What the LM writes. Kept small and flat so small models can fill them. ----
 
 
-class WorkspaceFindingDraft(BaseModel):
-    description: str = Field(description="who is blocked, by whom or what, on which task, the root cause, the deadline")
-    evidence_ids: list[str] = Field(description="ids of the artifacts that together show the problem")
+class ActionChoice(BaseModel):
+    """The action a workspace finding proposes. The round's output schema narrows it to one library action with
+    its own required parameters (see settings.WorkspaceSetting.action_schema); parsing stays permissive so that
+    hygiene, not the parser, decides what an unconstrained backend wrote."""
+
     action_id: str = Field(description="id of one action from the action library")
     parameters: dict[str, str] = Field(default_factory=dict, description="the action's required parameters, filled")
+
+    @field_validator("parameters", mode="before")
+    @classmethod
+    def _as_mapping(cls, value):
+        """Also accept a list of {name, value} pairs, and non-string values."""
+        if isinstance(value, list):
+            value = {str(p.get("name", "")): p.get("value", "") for p in value if isinstance(p, dict)}
+        if isinstance(value, dict):
+            return {str(k): v if isinstance(v, str) else json.dumps(v, ensure_ascii=False) for k, v in value.items()}
+        return value
+
+
+class WorkspaceFindingDraft(BaseModel):
+    description: str = Field(description="who is blocked, by whom or what, on which task, the root cause, the deadline")
+    evidence_ids: list[str] = Field(description="handles (E3, D7, C2) of the artifacts that together show the problem")
+    action: ActionChoice = Field(description="one action from the action library, with its required parameters filled")
     used_template_id: str = Field(default="", description="id of the template followed, or empty")
     why: str = Field(default="", description="why the template matched, in one sentence")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _flat_action(cls, data):
+        """Older answers and demos give action_id and parameters at the top level."""
+        if isinstance(data, dict) and "action" not in data and "action_id" in data:
+            data = {**data, "action": {"action_id": data.get("action_id"), "parameters": data.get("parameters") or {}}}
+            data.pop("action_id"), data.pop("parameters", None)
+        return data
 
 
 class CodeFindingDraft(BaseModel):
     description: str = Field(description="the bug: what goes wrong, on which input, and why")
-    evidence_ids: list[str] = Field(description="ids of the candidate functions that contain the bug")
+    evidence_ids: list[str] = Field(description="handles (F12) of the candidate functions that contain the bug")
     patch: str = Field(description="a unified diff (diff --git a/<path> b/<path>) that fixes it")
     used_template_id: str = Field(default="", description="id of the template followed, or empty if novel")
     why: str = Field(default="", description="why the template matched, in one sentence")

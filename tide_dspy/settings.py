@@ -4,16 +4,18 @@ checks what the LM returned against the instance: ids exist, the action is in th
 from __future__ import annotations
 
 import json
+import random
 import re
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import dspy
 import json_repair
-from pydantic import ValidationError
+from pydantic import BaseModel, Field, ValidationError, create_model
 
 from tide_dspy import signatures as sig
 from tide_dspy.schemas import (
+    Artifact,
     ChosenAction,
     CodeFindingDraft,
     Finding,
@@ -24,6 +26,45 @@ from tide_dspy.schemas import (
 )
 
 NO_GUIDANCE = "(none)"
+
+# Short handles name artifacts in prompts and in the output schema: a kind letter and the position among the
+# artifacts of that kind as shown (F12, E3). They keep enums small (hosted structured outputs cap enum sizes,
+# and every enum value is a grammar branch on the embedded engine) and are mapped back to full ids in hygiene.
+HANDLE_PREFIX = {"function": "F", "email": "E", "calendar": "C", "document": "D"}
+# Above this many artifacts the evidence items are plain strings: OpenAI's structured outputs allow 1000 enum
+# values in a schema, and hygiene still drops what does not resolve.
+MAX_ENUM = 500
+
+
+@dataclass(frozen=True)
+class ContextView:
+    """An instance's artifacts in the order the program shows them, each with its short handle."""
+
+    artifacts: tuple[Artifact, ...]
+    handles: tuple[str, ...]
+
+    @classmethod
+    def of(cls, instance: Instance, order_seed: int | None = None) -> ContextView:
+        """File order, or a seeded shuffle of it (to measure how much a method relies on position)."""
+        artifacts = list(instance.artifacts)
+        if order_seed is not None:
+            random.Random(order_seed).shuffle(artifacts)
+        counts: dict[str, int] = {}
+        handles = []
+        for a in artifacts:
+            counts[a.kind] = counts.get(a.kind, 0) + 1
+            handles.append(f"{HANDLE_PREFIX[a.kind]}{counts[a.kind]}")
+        return cls(tuple(artifacts), tuple(handles))
+
+    @property
+    def ids(self) -> list[str]:
+        return [a.id for a in self.artifacts]
+
+    def handle_of(self) -> dict[str, str]:
+        return {a.id: h for a, h in zip(self.artifacts, self.handles)}
+
+    def id_of(self) -> dict[str, str]:
+        return {h: a.id for a, h in zip(self.artifacts, self.handles)}
 
 
 @dataclass(frozen=True)
@@ -45,12 +86,44 @@ def render_templates(templates: list[Template]) -> str:
     return "\n\n".join(blocks)
 
 
-def render_found(findings: list[Finding]) -> str:
+def render_found(findings: list[Finding], view: ContextView) -> str:
     if not findings:
         return "(nothing yet)"
+    handle = view.handle_of()
     return "\n".join(
-        f"{i}. {f.description} [evidence: {', '.join(f.evidence) or '-'}]" for i, f in enumerate(findings, 1)
+        f"{i}. {f.description} [evidence: {', '.join(handle.get(e, e) for e in f.evidence) or '-'}]"
+        for i, f in enumerate(findings, 1)
     )
+
+
+def schema_only(extra: dict) -> Any:
+    """A pydantic Field whose JSON schema becomes `extra`, while validation keeps the field's own type."""
+
+    def replace(schema: dict) -> None:
+        description = schema.get("description")
+        schema.clear()
+        schema.update(extra)
+        if description and "description" not in extra:
+            schema["description"] = description
+
+    return Field(json_schema_extra=replace)
+
+
+def bounded_list(item: type, max_items: int) -> type:
+    """list[item] whose JSON schema says maxItems. DSPy keeps only a field's bare annotation when it builds the
+    structured-output schema, so the bound has to live in the type itself."""
+
+    class BoundedList(list):
+        @classmethod
+        def __get_pydantic_core_schema__(cls, source, handler):
+            return handler.generate_schema(list[item])
+
+        @classmethod
+        def __get_pydantic_json_schema__(cls, core_schema, handler):
+            return {**handler(core_schema), "maxItems": max_items}
+
+    BoundedList.__name__ = BoundedList.__qualname__ = f"list[{item.__name__}]"
+    return BoundedList
 
 
 _DIFF_HEADER = re.compile(r"^diff --git a/(\S+) b/(\S+)", re.M)
@@ -70,13 +143,18 @@ class Setting:
     name: ClassVar[str]
     round_signature: ClassVar[type[dspy.Signature]]
     distill_signature: ClassVar[type[dspy.Signature]]
-    draft_type: ClassVar[type]
+    draft_type: ClassVar[type[BaseModel]]
+    # The most evidence ids a finding may cite (the gold problems cite 1-2 functions or 3-4 workspace items),
+    # and the evidence size of the chance baselines.
+    max_evidence: ClassVar[int]
+    typical_evidence: ClassVar[int]
 
     @staticmethod
-    def render_artifact(artifact) -> str:
+    def render_artifact(artifact: Artifact, handle: str | None = None) -> str:
         raise NotImplementedError
 
-    def round_inputs(self, instance: Instance, guidance: str, found: list[Finding], max_new: int) -> dict:
+    def round_inputs(self, instance: Instance, view: ContextView, guidance: str, found: list[Finding],
+                     max_new: int) -> dict:
         raise NotImplementedError
 
     def resolution(self, draft: Any, instance: Instance) -> tuple[dict, list[str]]:
@@ -87,8 +165,31 @@ class Setting:
         """The inputs of the distillation signature for one solved problem."""
         raise NotImplementedError
 
-    def render_context(self, instance: Instance) -> str:
-        return "\n\n".join(self.render_artifact(a) for a in instance.artifacts)
+    def draft_schema(self, instance: Instance) -> dict[str, dict]:
+        """JSON schemas that replace draft fields' own in the round's output type (beyond evidence_ids)."""
+        return {}
+
+    def render_context(self, instance: Instance, view: ContextView | None = None) -> str:
+        view = view or ContextView.of(instance)
+        return "\n\n".join(self.render_artifact(a, h) for a, h in zip(view.artifacts, view.handles))
+
+    # ---- the round's output type, grounded in one instance ----
+    def grounded_signature(self, base: type[dspy.Signature], instance: Instance, view: ContextView, max_new: int,
+                           max_evidence: int | None = None) -> type[dspy.Signature]:
+        """`base` (with its instructions, possibly optimized) whose findings may cite only this instance's handles,
+        1..max_evidence of them, at most `max_new` findings, and (workspace) only library actions with their
+        required parameters. The constraints live in the JSON schema (prompt, structured outputs, grammar);
+        parsing stays permissive and hygiene drops what does not resolve."""
+        bound = max_evidence or self.max_evidence
+        item = {"type": "string"}
+        if len(view.handles) <= MAX_ENUM:
+            item["enum"] = list(view.handles)
+        evidence = {"type": "array", "items": item, "minItems": 1, "maxItems": bound}
+        overrides = {"evidence_ids": evidence, **self.draft_schema(instance)}
+        fields = {name: (self.draft_type.model_fields[name].annotation, schema_only(schema))
+                  for name, schema in overrides.items()}
+        draft = create_model(self.draft_type.__name__.replace("Draft", ""), __base__=self.draft_type, **fields)
+        return base.with_updated_fields("findings", type_=bounded_list(draft, max_new))
 
     def complete_drafts(self, lm_response: Any) -> list:
         """The findings of an unparseable answer that validate on their own (e.g. all but an item cut off at
@@ -110,12 +211,18 @@ class Setting:
         """Short forms of ids that name exactly one artifact, mapped to the full id. None by default."""
         return {}
 
-    def resolve_evidence(self, ids: list[str], instance: Instance) -> tuple[list[str], list[str], int]:
-        """(the instance's ids, in order and de-duplicated; the ids it lacks; how many came from an alias)."""
-        known, aliases = instance.artifact_ids, self.evidence_aliases(instance)
+    def resolve_evidence(self, ids: list[str], instance: Instance,
+                         view: ContextView | None = None) -> tuple[list[str], list[str], int]:
+        """(the instance's ids, in order and de-duplicated; the ids it lacks; how many came from an alias).
+
+        A handle of the view (F12) or a full id is taken as is; an alias (see evidence_aliases) is counted."""
+        known = instance.artifact_ids
+        handles = (view or ContextView.of(instance)).id_of()
+        aliases = self.evidence_aliases(instance)
         evidence, dropped, aliased = [], [], 0
         for raw in ids:
             i = raw.strip()
+            i = handles.get(i, i)
             if i not in known and i in aliases:
                 i, aliased = aliases[i], aliased + 1
             if i in known:
@@ -128,9 +235,10 @@ class Setting:
         by_id = {a.id: a for a in instance.artifacts}
         return "\n\n".join(self.render_artifact(by_id[e]) for e in problem.evidence)
 
-    def clean(self, draft: Any, instance: Instance, round_no: int) -> tuple[Finding, Hygiene]:
+    def clean(self, draft: Any, instance: Instance, round_no: int,
+              view: ContextView | None = None) -> tuple[Finding, Hygiene]:
         """Drop evidence ids the instance lacks (recorded) and flag what the setting's checks reject."""
-        evidence, dropped, aliased = self.resolve_evidence(list(draft.evidence_ids), instance)
+        evidence, dropped, aliased = self.resolve_evidence(list(draft.evidence_ids), instance, view)
         fields, flags = self.resolution(draft, instance)
         if not evidence:
             flags.append("no_valid_evidence")
@@ -156,22 +264,25 @@ class WorkspaceSetting(Setting):
     round_signature = sig.WorkspaceRound
     distill_signature = sig.DistillWorkspaceTemplate
     draft_type = WorkspaceFindingDraft
+    max_evidence = 4
+    typical_evidence = 3
 
     @staticmethod
-    def render_artifact(a) -> str:
+    def render_artifact(a, handle: str | None = None) -> str:
         p = a.payload
+        name = f"{handle} · {a.id}" if handle else a.id
         if a.kind == "email":
             head = f"From: {p.get('sender', '')}\nTo: {', '.join(p.get('to', []))}"
             if p.get("cc"):
                 head += f"\nCc: {', '.join(p['cc'])}"
-            return f"### {a.id} (email, {a.created_at})\n{head}\nSubject: {p.get('subject', '')}\n{p.get('body', '')}"
+            return f"### {name} (email, {a.created_at})\n{head}\nSubject: {p.get('subject', '')}\n{p.get('body', '')}"
         if a.kind == "calendar":
             return (
-                f"### {a.id} (calendar, created {a.created_at})\n{p.get('title', '')}: {p.get('start_time', '')} to "
+                f"### {name} (calendar, created {a.created_at})\n{p.get('title', '')}: {p.get('start_time', '')} to "
                 f"{p.get('end_time', '')} at {p.get('location', '')}\nAttendees: {', '.join(p.get('attendees', []))}\n"
                 f"{p.get('description', '')}"
             )
-        return f"### {a.id} (document, {a.created_at})\nTitle: {p.get('title', '')}\n{p.get('content', '')}"
+        return f"### {name} (document, {a.created_at})\nTitle: {p.get('title', '')}\n{p.get('content', '')}"
 
     @staticmethod
     def render_profile(instance: Instance) -> str:
@@ -187,25 +298,49 @@ class WorkspaceSetting(Setting):
             )
         return "\n".join(lines)
 
-    def round_inputs(self, instance, guidance, found, max_new):
+    def round_inputs(self, instance, view, guidance, found, max_new):
         return dict(
             profile=self.render_profile(instance),
-            context=self.render_context(instance),
+            context=self.render_context(instance, view),
             actions=self.render_actions(instance),
             templates=guidance,
             max_new=max_new,
-            already_found=render_found(found),
+            already_found=render_found(found, view),
         )
+
+    def draft_schema(self, instance):
+        return {"action": self.action_schema(instance)} if instance.actions else {}
+
+    @staticmethod
+    def action_schema(instance: Instance) -> dict:
+        """One alternative per library action: its id, and an object with exactly its required parameters,
+        each a non-empty string. A grammar or a structured-output backend can then only write a library action
+        with every required parameter filled."""
+        options = []
+        for a in instance.actions:
+            params = {name: {"type": "string", "minLength": 1} for name in a.required_parameters}
+            options.append({
+                "type": "object",
+                "properties": {
+                    "action_id": {"type": "string", "enum": [a.id]},
+                    "parameters": {"type": "object", "properties": params, "required": list(params),
+                                   "additionalProperties": False},
+                },
+                "required": ["action_id", "parameters"],
+                "additionalProperties": False,
+            })
+        return {"anyOf": options}
 
     def resolution(self, draft: WorkspaceFindingDraft, instance):
         flags = []
-        library_action = instance.action(draft.action_id.strip())
+        chosen = draft.action
+        library_action = instance.action(chosen.action_id.strip())
         if library_action is None:
             flags.append("action_not_in_library")
-        elif any(k not in draft.parameters for k in library_action.required_parameters):
+        elif any(not str(chosen.parameters.get(k, "")).strip() for k in library_action.required_parameters):
             flags.append("missing_parameters")
-        action = ChosenAction(action_id=draft.action_id.strip(), type=library_action.type if library_action else "",
-                              parameters=dict(draft.parameters))
+        action = ChosenAction(action_id=chosen.action_id.strip(), type=library_action.type if library_action else "",
+                              parameters=dict(chosen.parameters))
         return {"action": action}, flags
 
     def solved_case(self, instance, problem):
@@ -225,11 +360,14 @@ class RepositorySetting(Setting):
     round_signature = sig.RepositoryRound
     distill_signature = sig.DistillRepositoryTemplate
     draft_type = CodeFindingDraft
+    max_evidence = 2
+    typical_evidence = 2
 
     @staticmethod
-    def render_artifact(a) -> str:
+    def render_artifact(a, handle: str | None = None) -> str:
         p = a.payload
-        return f"### {a.id} ({p.get('path')} lines {p.get('start_line')}-{p.get('end_line')})\n{p.get('code', '')}"
+        name = f"{handle} · {a.id}" if handle else a.id
+        return f"### {name} ({p.get('path')} lines {p.get('start_line')}-{p.get('end_line')})\n{p.get('code', '')}"
 
     def evidence_aliases(self, instance: Instance) -> dict[str, str]:
         """`Class.method` for `path.py::Class.method`, when no other candidate of the instance has that qualname.
@@ -239,12 +377,12 @@ class RepositorySetting(Setting):
             by_qualname.setdefault(a.id.partition("::")[2], []).append(a.id)
         return {q: ids[0] for q, ids in by_qualname.items() if q and len(ids) == 1}
 
-    def round_inputs(self, instance, guidance, found, max_new):
+    def round_inputs(self, instance, view, guidance, found, max_new):
         return dict(
-            context=self.render_context(instance),
+            context=self.render_context(instance, view),
             templates=guidance,
             max_new=max_new,
-            already_found=render_found(found),
+            already_found=render_found(found, view),
         )
 
     def resolution(self, draft: CodeFindingDraft, instance):

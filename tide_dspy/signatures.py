@@ -19,9 +19,9 @@ class WorkspaceRound(dspy.Signature):
     has asked about yet: something that will block them or others unless someone acts. A real problem only
     shows when several artifacts are read together. Use the templates as patterns of what to look for.
     Report the `max_new` most likely problems that are NOT already in `already_found`; return an empty
-    list only when every problem you can see is already there. Cite the exact artifact ids, and resolve
-    each problem with exactly one action from the action library, filling its required parameters with
-    concrete values."""
+    list only when every problem you can see is already there. Cite the artifacts by the handle shown before
+    their id (E3, D7, C2), and resolve each problem with exactly one action from the action library, filling its
+    required parameters with concrete values."""
 
     profile: str = dspy.InputField(desc="who the person is: role, relationships, priorities, today's date")
     context: str = dspy.InputField(desc="the workspace artifacts, each headed by its id")
@@ -37,8 +37,8 @@ class RepositoryRound(dspy.Signature):
     A bug may span several functions. Use the templates as patterns of what to look for; a bug that fits
     no template is allowed (leave used_template_id empty). Report the `max_new` most likely bugs that are
     NOT already in `already_found`; return an empty list only when every bug you can see is already there.
-    Cite the exact candidate ids (path::Qualname), and fix each bug with a minimal unified diff against the
-    shown code."""
+    Cite the candidates by the handle shown before their id (F12), and fix each bug with a minimal unified diff
+    against the shown code."""
 
     context: str = dspy.InputField(desc="candidate functions, each headed by its id, path and line numbers")
     templates: str = dspy.InputField(desc="thought templates (or solved examples) describing bug patterns")

@@ -21,6 +21,7 @@ from dspy.clients.engines.base import validate_request
 from dspy.lm15 import ContextLengthError, Message, Response, TextPart, Usage, response_to_events
 
 from tide_dspy.backbones import prompt_cache
+from tide_dspy.backbones.grammar import GrammarFilter
 from tide_dspy.backbones.weights import INSTALL_HINT, LOCAL_MODELS, LocalModel, assemble
 
 log = logging.getLogger(__name__)
@@ -45,6 +46,7 @@ class CallStats:
     wall_seconds: float
     constrained: bool
     finish_reason: str
+    grammar_fallbacks: int | None = None  # steps whose first choice the grammar rejected (fast grammar only)
 
 
 @dataclass
@@ -146,12 +148,15 @@ class LlamaCppEngine:
 
     constrained=True turns a request's JSON-schema response format into a llama.cpp grammar, so the output
     always parses as that schema (JSONAdapter sends one; ChatAdapter does not). With constrained=False the
-    engine advertises no response_format support, so adapters send plain prompts.
+    engine advertises no response_format support, so adapters send plain prompts. fast_grammar=True checks the
+    grammar on the chosen token first and on the whole vocabulary only when it rejects it (see grammar.py);
+    False uses llama-cpp-python's own full-vocabulary grammar sampler.
     """
 
     def __init__(self, model: str = "qwen2.5-coder-1.5b-instruct", *, n_ctx: int = DEFAULT_N_CTX,
                  n_threads: int = 2, max_tokens: int = DEFAULT_MAX_TOKENS, temperature: float = 0.0,
-                 seed: int = 0, constrained: bool = True, require_items: bool = False, llama: Any = None):
+                 seed: int = 0, constrained: bool = True, require_items: bool = False, fast_grammar: bool = True,
+                 llama: Any = None):
         if model not in LOCAL_MODELS:
             raise ValueError(f"unknown local model {model!r}; choose one of {sorted(LOCAL_MODELS)}")
         self.model = model
@@ -162,6 +167,7 @@ class LlamaCppEngine:
         self.seed = int(seed)
         self.constrained = bool(constrained)
         self.require_items = bool(require_items)
+        self.fast_grammar = bool(fast_grammar)
         self._injected = _Shared(llama, threading.Lock(), ()) if llama is not None else None
         self.calls: list[CallStats] = []
 
@@ -183,7 +189,7 @@ class LlamaCppEngine:
     def dump_state(self) -> dict:
         return dict(model=self.model, n_ctx=self.n_ctx, n_threads=self.n_threads, max_tokens=self.max_tokens,
                     temperature=self.temperature, seed=self.seed, constrained=self.constrained,
-                    require_items=self.require_items)
+                    require_items=self.require_items, fast_grammar=self.fast_grammar)
 
     @classmethod
     def load_state(cls, state: dict) -> LlamaCppEngine:
@@ -227,13 +233,20 @@ class LlamaCppEngine:
             kwargs["top_p"] = cfg.top_p
         if cfg.top_k is not None:
             kwargs["top_k"] = cfg.top_k
-        if response_format is not None:
+        if response_format is not None and not self.fast_grammar:
             kwargs["response_format"] = response_format
 
         shared = self._shared()
         cache = None if self._injected else prompt_cache.for_model(self.spec.dspy_model, self.n_ctx)
+        grammar = None
         with shared.lock:
             llama = shared.llama
+            if response_format is not None and self.fast_grammar:
+                from llama_cpp import LogitsProcessorList
+
+                grammar = GrammarFilter.for_response_format(llama, response_format, temperature=kwargs["temperature"],
+                                                            seed=kwargs["seed"], top_k=cfg.top_k, top_p=cfg.top_p)
+                kwargs["logits_processor"] = LogitsProcessorList([grammar])
             before = _tokens(llama)
             _reset_perf(llama)
             if cache:
@@ -248,19 +261,23 @@ class LlamaCppEngine:
             finally:
                 if cache:
                     cache.detach(llama)
+                if grammar is not None:
+                    grammar.close()
             wall = time.perf_counter() - t0
             perf = _perf(llama)
             after = _tokens(llama)
             if cache:
                 cache.keep(llama, raw, before)
-        return self._response(raw, before, after, perf, wall, response_format is not None)
+        return self._response(raw, before, after, perf, wall, response_format is not None,
+                              grammar.fallbacks if grammar is not None else None)
 
     def _context_message(self, detail: str) -> str:
         return (f"the prompt does not fit the context window of {self.spec.title}: {detail} (n_ctx={self.n_ctx}, "
                 f"the model allows up to {self.spec.n_ctx_train}). Raise TIDE_N_CTX / n_ctx if below that, "
                 "or use a smaller instance or a hosted backbone.")
 
-    def _response(self, raw: dict, before: list, after: list, perf, wall: float, constrained: bool) -> Response:
+    def _response(self, raw: dict, before: list, after: list, perf, wall: float, constrained: bool,
+                  grammar_fallbacks: int | None = None) -> Response:
         choice = raw["choices"][0]
         usage = raw.get("usage") or {}
         prompt_tokens = int(usage.get("prompt_tokens") or 0)
@@ -271,6 +288,7 @@ class LlamaCppEngine:
             prompt_tokens=prompt_tokens, output_tokens=output_tokens, reused_tokens=reused,
             prompt_seconds=perf[0] if perf else None, generation_seconds=perf[1] if perf else None,
             wall_seconds=round(wall, 3), constrained=constrained, finish_reason=finish,
+            grammar_fallbacks=grammar_fallbacks,
         ))
         return Response(
             id=raw.get("id"),

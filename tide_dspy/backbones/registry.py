@@ -1,7 +1,8 @@
 """Named backbones and how to build a `dspy.LM` for each.
 
 Settings come from arguments, else the environment (TIDE_TEMPERATURE, TIDE_MAX_TOKENS, TIDE_NUM_THREADS,
-TIDE_N_CTX, TIDE_API_BASE, TIDE_SERVED_MODEL, TIDE_SERVER_SCHEMA, TIDE_SERVER_TIMEOUT, TIDE_CONSTRAINED), else the backbone's defaults. API keys
+TIDE_N_CTX, TIDE_API_BASE, TIDE_SERVED_MODEL, TIDE_SERVER_SCHEMA, TIDE_SERVER_TIMEOUT, TIDE_CONSTRAINED,
+TIDE_FAST_GRAMMAR), else the backbone's defaults. API keys
 are read only from the environment by the provider client (OPENAI_API_KEY, ANTHROPIC_API_KEY, ...;
 TIDE_API_KEY for an openai-compatible server) and never pass through tide-dspy's own arguments.
 """
@@ -11,7 +12,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, field
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 import dspy
 from dspy.clients.base_lm import LM_CLASS_STATE_KEY
@@ -103,9 +104,9 @@ def get_lm(name: str = DEFAULT_BACKBONE, *, api_base: str | None = None, tempera
            max_tokens: int | None = None, num_threads: int | None = None, **kw) -> dspy.LM:
     """A `dspy.LM` for a backbone name or raw DSPy model string.
 
-    Extra keywords: n_ctx, constrained, require_items, seed (local); model (the served model name), server_schema
-    (json_schema | llama.cpp | off: the dialect of the output schema, see backbones.served) and timeout
-    (seconds per call) for openai-compatible;
+    Extra keywords: n_ctx, constrained, require_items, fast_grammar, seed (local); model (the served model name),
+    server_schema (json_schema | llama.cpp | off: the dialect of the output schema, see backbones.served) and
+    timeout (seconds per call) for openai-compatible;
     anything else goes to `dspy.LM` (e.g. cache=False, num_retries=...). Keys are refused: set them in
     the environment.
     """
@@ -121,6 +122,8 @@ def get_lm(name: str = DEFAULT_BACKBONE, *, api_base: str | None = None, tempera
                          f"put the server's key in {BACKBONES['openai-compatible'].key_env} instead")
     temperature = _pick(temperature, "TIDE_TEMPERATURE", float, backbone.defaults.get("temperature"))
     max_tokens = _pick(max_tokens, "TIDE_MAX_TOKENS", int, backbone.defaults.get("max_tokens"))
+    if max_tokens is not None and max_tokens < 1:
+        raise ValueError(f"max_tokens must be at least 1, got {max_tokens} (from --max-tokens or TIDE_MAX_TOKENS)")
 
     if backbone.kind == "local":
         engine = LlamaCppEngine(
@@ -132,6 +135,7 @@ def get_lm(name: str = DEFAULT_BACKBONE, *, api_base: str | None = None, tempera
             seed=kw.pop("seed", 0),
             constrained=_pick(kw.pop("constrained", None), "TIDE_CONSTRAINED", _flag, True),
             require_items=_pick(kw.pop("require_items", None), "TIDE_REQUIRE_ITEMS", _flag, False),
+            fast_grammar=_pick(kw.pop("fast_grammar", None), "TIDE_FAST_GRAMMAR", _flag, True),
         )
         # The model name is part of DSPy's cache key: outputs decoded under another grammar must not be replayed.
         model = engine.spec.dspy_model + ("-require-items" if engine.require_items else "")
@@ -160,22 +164,30 @@ _SECRET_KEY = re.compile(r"api_?key|secret|password|token|auth|credential|header
 _SAFE_SUFFIXES = ("_tokens",)  # token counts and limits, not credentials
 
 
-def _strip_userinfo(url: str) -> str:
-    parts = urlsplit(url)
-    if parts.username or parts.password:
-        host = parts.hostname or ""
-        return urlunsplit((parts.scheme, host + (f":{parts.port}" if parts.port else ""), parts.path, parts.query, ""))
-    return url
+# user:password@ in a URL, and the value of a secret-looking query parameter (?api_key=..., &token=..., &sig=...),
+# wherever they occur in a string (a URL, or a command line that holds one).
+_USERINFO = re.compile(r"(?<=://)[^/\s@'\"]+@")
+_SECRET_QUERY = re.compile(r"([?&;](?:[\w.-]*(?:key|token|secret|password|passwd|pwd|auth|sig|signature|credential|"
+                           r"session|code)[\w.-]*)=)[^&#\s'\"]*", re.I)
+REDACTED = "REDACTED"
+
+
+def scrub_text(text: str) -> str:
+    """`text` with URL credentials and secret query values replaced: http://u:p@h/v1?key=s -> http://h/v1?key=REDACTED."""
+    if "://" not in text and "=" not in text:
+        return text
+    return _SECRET_QUERY.sub(rf"\1{REDACTED}", _USERINFO.sub("", text))
 
 
 def scrub_secrets(value):
-    """Drop secret-looking keys at any depth and user:password from URLs: nothing secret is logged or saved."""
+    """Drop secret-looking keys at any depth, and scrub credentials out of URLs in any string (scrub_text):
+    nothing secret is logged or saved."""
     if isinstance(value, dict):
         return {k: scrub_secrets(v) for k, v in value.items() if str(k).endswith(_SAFE_SUFFIXES) or not _SECRET_KEY.search(str(k))}
     if isinstance(value, (list, tuple)):
         return [scrub_secrets(v) for v in value]
-    if isinstance(value, str) and "://" in value:
-        return _strip_userinfo(value)
+    if isinstance(value, str):
+        return scrub_text(value)
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
     return repr(value)
@@ -191,6 +203,8 @@ def describe_lm(lm) -> dict:
         info.update({f"engine_{k}": v for k, v in (engine.get("state") or {}).items()})
     elif isinstance(engine, str):
         info["engine"] = engine
+    if "engine_api_base" in info:  # where a served engine sends its calls: api_base, as for any LM
+        info["api_base"] = info.pop("engine_api_base")
     info = scrub_secrets(info)
     return {k: v for k, v in info.items() if v not in (None, {}, []) and k != LM_CLASS_STATE_KEY}
 

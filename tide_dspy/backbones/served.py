@@ -20,7 +20,7 @@ import os
 import time
 import urllib.error
 import urllib.request
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 from dspy.clients.engines.base import validate_request
 from dspy.lm15 import (ContextLengthError, InvalidRequestError, Message, Response, ServerError, TextPart,
@@ -41,7 +41,7 @@ class ServedEngine:
                              "(TIDE_SERVER_SCHEMA / --server-schema)")
         if urlsplit(api_base).scheme not in ("http", "https"):
             raise ValueError(f"api_base {api_base!r}: expected an http(s) URL such as http://127.0.0.1:8000/v1")
-        self.api_base = api_base.rstrip("/")
+        self.api_base = api_base
         self.model = model
         self.schema_format = schema_format
         self.max_tokens = int(max_tokens)
@@ -121,7 +121,8 @@ class ServedEngine:
         key = os.environ.get(KEY_ENV)
         if key:
             headers["Authorization"] = f"Bearer {key}"
-        url = self.api_base + path
+        parts = urlsplit(self.api_base)  # a query string (some gateways want one) stays after the path
+        url = urlunsplit(parts._replace(path=parts.path.rstrip("/") + path))
         req = urllib.request.Request(url, data=json.dumps(body).encode(), headers=headers, method="POST")
         t0 = time.perf_counter()
         try:

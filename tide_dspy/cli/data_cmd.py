@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from tide_dspy.cli.common import add_lm_options
+from tide_dspy.cli.common import add_lm_options, count, positive_int
 from tide_dspy.schemas import SETTING_NAMES
 
 
@@ -25,8 +25,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                                      "problem_statement, patch, created_at, ...)")
     build.add_argument("--repo", required=True, help="a local git clone of the rows' repository (left untouched)")
     build.add_argument("--out", required=True, help="output JSONL, in the shared repository format")
-    build.add_argument("--max-candidates", type=int, default=650, help="candidate pool limit per instance")
-    build.add_argument("--max-problems", type=int, default=40, help="problems limit per instance")
+    build.add_argument("--max-candidates", type=positive_int, default=650, help="candidate pool limit per instance")
+    build.add_argument("--max-problems", type=positive_int, default=40, help="problems limit per instance")
     build.add_argument("--split", default="test", help="split label of the built instances (split by repository)")
     build.add_argument("--repo-name", default=None,
                        help="the rows' `repo` value that --repo is a clone of (needed when rows span repositories)")
@@ -34,11 +34,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     gen = sub.add_parser("generate-workspace", help="generate PROBE-style workspaces with an LLM backbone")
     add_lm_options(gen)
-    gen.add_argument("--n", type=int, default=1, help="number of workspaces")
+    gen.add_argument("--n", type=positive_int, default=1, help="number of workspaces")
     gen.add_argument("--out", required=True, help="output JSONL, in the shared workspace format")
     gen.add_argument("--split", default="test", help="split label written on each workspace")
     gen.add_argument("--seed", type=int, default=0, help="seed for personas and ids")
-    gen.add_argument("--retries", type=int, default=3, help="attempts per step on malformed LM output")
+    gen.add_argument("--retries", type=count, default=3, help="attempts per step on malformed LM output")
     gen.set_defaults(func=run_generate_workspace)
 
 

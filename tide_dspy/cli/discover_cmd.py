@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
-from tide_dspy.cli.common import add_lm_options, lm_from_args
+from tide_dspy.cli.common import add_lm_options, check_output_folder, lm_from_args, positive_int
 
 
 def _add_run_options(parser: argparse.ArgumentParser) -> None:
@@ -13,9 +14,9 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
                              "if shipped, else the plain TIDE module")
     parser.add_argument("--templates", default=None,
                         help="a template library JSON; default: programs/<setting>/<backbone>/templates.json if shipped")
-    parser.add_argument("--rounds", type=int, default=None, help="discovery rounds T (default: the program's)")
-    parser.add_argument("--per-round", type=int, default=None, help="new findings per round k (default: the program's)")
-    parser.add_argument("--max-context-tokens", type=int, default=None,
+    parser.add_argument("--rounds", type=positive_int, default=None, help="discovery rounds T (default: the program's)")
+    parser.add_argument("--per-round", type=positive_int, default=None, help="new findings per round k (default: the program's)")
+    parser.add_argument("--max-context-tokens", type=positive_int, default=None,
                         help="context window to plan for (default: the backbone's n_ctx, else 32768)")
     parser.add_argument("--out", default="tide-report", help="report folder (default: ./tide-report)")
     add_lm_options(parser)
@@ -31,6 +32,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                       help="only these files (glob on paths relative to PATH, or a folder); repeatable")
     repo.add_argument("--exclude", action="append", default=[], metavar="GLOB", help="skip these files; repeatable")
     repo.add_argument("--since", default=None, metavar="REF", help="only files changed since this git ref")
+    repo.add_argument("--verify", default=None, metavar="CMD",
+                      help="run this test command (e.g. \"python -m pytest -q\") on a temporary copy of PATH, "
+                           "unpatched and then with each patch that applies, and report which patches fix tests; "
+                           "this EXECUTES the project's code")
+    # Defaults live in tide_dspy.discover.verify (120 s and 900 s), which is imported only when a command runs.
+    repo.add_argument("--verify-timeout", type=float, default=None, metavar="S",
+                      help="seconds one test run may take before its process group is killed (default 120)")
+    repo.add_argument("--verify-total", type=float, default=None, metavar="S",
+                      help="seconds all test runs together may take (default 900)")
     _add_run_options(repo)
     repo.set_defaults(func=run_repo)
 
@@ -42,16 +52,24 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     ws.set_defaults(func=run_workspace)
 
 
+ALL_ROUNDS_FAILED = 3  # exit status of a run in which no round produced usable output
+
+
 def _report(result, args: argparse.Namespace) -> int:
     from tide_dspy.discover import write_report
 
     paths = write_report(result, args.out)
     print(f"report: {paths['report.md']} (also {paths['report.html'].name}, {paths['findings.json'].name}, "
           f"{paths['run.json'].name})")
+    if result.every_round_failed():
+        print(f"tide: error: every round failed ({len(result.rounds)} of {len(result.rounds)}), so the report's "
+              f"'no findings' means nothing; first error: {result.first_error()}", file=sys.stderr)
+        return ALL_ROUNDS_FAILED
     return 0
 
 
 def _common(args: argparse.Namespace) -> dict:
+    check_output_folder(args.out)
     return dict(lm=lm_from_args(args), backbone=args.backbone, program=args.program, templates=args.templates,
                 rounds=args.rounds, per_round=args.per_round, max_context_tokens=args.max_context_tokens,
                 progress=lambda line: print(line, flush=True))
@@ -60,8 +78,12 @@ def _common(args: argparse.Namespace) -> dict:
 def run_repo(args: argparse.Namespace) -> int:
     from tide_dspy.discover import discover_repository
 
+    limits = {k: v for k, v in (("verify_timeout", args.verify_timeout), ("verify_total", args.verify_total))
+              if v is not None}
+    if limits and args.verify is None:
+        raise ValueError("--verify-timeout and --verify-total need --verify CMD")
     result = discover_repository(args.path, include=args.include, exclude=args.exclude, since=args.since,
-                                 **_common(args))
+                                 verify=args.verify, **limits, **_common(args))
     return _report(result, args)
 
 

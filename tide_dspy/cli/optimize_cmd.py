@@ -13,7 +13,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from tide_dspy.cli.common import add_lm_options, lm_from_args
+from tide_dspy.cli.common import add_lm_options, check_output_folder, count, lm_from_args, positive_int
 from tide_dspy.schemas import SETTING_NAMES
 
 
@@ -36,9 +36,9 @@ def _data_options(p: argparse.ArgumentParser, split: str) -> None:
     p.add_argument("--data", default=None, help="the setting's JSONL file or folder (default: $TIDE_DATA/<setting>, "
                                                 "else ../shared/data/<setting> beside the repository)")
     p.add_argument("--ids", default=None, help="only these instance ids (comma-separated)")
-    p.add_argument("--max-context-tokens", type=int, default=None,
+    p.add_argument("--max-context-tokens", type=positive_int, default=None,
                    help="only instances whose rendered context fits this many (estimated) tokens, smallest first")
-    p.add_argument("--limit", type=int, default=None, help="at most N instances (after the filters above)")
+    p.add_argument("--limit", type=positive_int, default=None, help="at most N instances (after the filters above)")
 
 
 def _output_options(p: argparse.ArgumentParser) -> None:
@@ -52,12 +52,16 @@ def _output_options(p: argparse.ArgumentParser) -> None:
 def _program_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--templates", default=None, help="template library (default: programs/<setting>/<backbone>/"
                                                      "templates.json)")
-    p.add_argument("--rounds", type=int, default=None, help="rounds T (default: the setting's)")
-    p.add_argument("--per-round", type=int, default=None, help="new findings per round k (default: the setting's)")
+    p.add_argument("--rounds", type=positive_int, default=None, help="rounds T (default: the setting's)")
+    p.add_argument("--per-round", type=positive_int, default=None, help="new findings per round k (default: the setting's)")
+    p.add_argument("--max-evidence", type=positive_int, default=None,
+                   help="the most artifacts one finding may cite (default: the setting's, 4 workspace / 2 repository)")
+    p.add_argument("--shuffle-context", type=int, default=None, metavar="SEED",
+                   help="show the artifacts in a seeded shuffled order (to measure position effects)")
 
 
 def _workers_option(p: argparse.ArgumentParser, what: str) -> None:
-    p.add_argument("--workers", type=int, default=1,
+    p.add_argument("--workers", type=positive_int, default=1,
                    help=f"{what} at once (threads; default 1). Worth it against a served backbone (vLLM, llama.cpp "
                         "server, a hosted API); the embedded engine runs one call at a time")
 
@@ -72,7 +76,7 @@ def _split_options(p: argparse.ArgumentParser) -> None:
 def register(subparsers: argparse._SubParsersAction) -> None:
     d = subparsers.add_parser("distill", help="distill a template library from solved training problems")
     _data_options(d, "train")
-    d.add_argument("--max-cases", type=int, default=None, help="at most N solved problems")
+    d.add_argument("--max-cases", type=positive_int, default=None, help="at most N solved problems")
     d.add_argument("--merge-threshold", type=float, default=88.0,
                    help="rapidfuzz similarity (0-100) of name and pattern above which templates merge")
     _output_options(d)
@@ -86,7 +90,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     _workers_option(c, "validation instances and optimizer evaluations")
     c.add_argument("--optimizer", default="copro",
                    help="miprov2 | copro | gepa | simba | bootstrap, or a path to an optimizer YAML")
-    c.add_argument("--demos", type=int, default=None, help="demos per predictor (default: the optimizer's; 0 for "
+    c.add_argument("--demos", type=count, default=None, help="demos per predictor (default: the optimizer's; 0 for "
                                                            "instruction-only optimizers)")
     c.add_argument("--opt", action="append", default=[], metavar="KEY=VALUE",
                    help="override an optimizer argument, e.g. init.breadth=2 or compile.num_trials=3; repeatable")
@@ -105,7 +109,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     t.add_argument("--program", default=None, help="start each trial from this program's instructions (default: "
                                                    "programs/<setting>/<backbone>/tide.json when it exists)")
     _workers_option(t, "validation instances of a trial")
-    t.add_argument("--trials", type=int, required=True, help="trials to run now (the study resumes across runs)")
+    t.add_argument("--trials", type=positive_int, required=True, help="trials to run now (the study resumes across runs)")
     t.add_argument("--storage", default="sqlite:///optuna.db",
                    help="Optuna storage URL (open it with optuna-dashboard). Several `tide tune` processes, on one "
                         "machine or many, share a study through an RDB URL such as postgresql://user@host/db "
@@ -119,13 +123,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     _program_options(e)
     src = e.add_mutually_exclusive_group(required=True)
     src.add_argument("--program", default=None, help="a saved program: JSON path or models:/<name>/<version>")
-    src.add_argument("--method", default=None, choices=("tide", "single", "multi", "iter", "iter-demos"))
-    e.add_argument("--demos", type=int, default=3, help="solved train examples for iter-demos")
+    src.add_argument("--method", default=None,
+                     choices=("tide", "single", "multi", "iter", "iter-demos", "random", "first-listed"),
+                     help="random / first-listed: the chance floors (no LM call)")
+    e.add_argument("--demos", type=positive_int, default=3, help="solved train examples for iter-demos")
     _workers_option(e, "instances")
     e.add_argument("--out", default=None, help="results folder (default: runs/<setting>/<backbone>/<method>-<split>)")
     again = e.add_mutually_exclusive_group()
     again.add_argument("--resume", action="store_true", help="skip instances already scored in --out")
     again.add_argument("--fresh", action="store_true", help="discard earlier results in --out")
+    e.add_argument("--verify-repo", default=None, metavar="DIR",
+                   help="repository setting: a local clone of the instances' repository, in an environment where "
+                        "its tests run; each gold problem's fail_to_pass/pass_to_pass tests run at anchor_commit "
+                        "with the matched finding's patch, in a temporary copy (this EXECUTES the repository's code)")
+    e.add_argument("--verify-command", default=None, metavar="CMD",
+                   help="pytest command the node ids are appended to (default: python -m pytest -q -p no:cacheprovider)")
+    e.add_argument("--verify-timeout", type=float, default=None, metavar="S", help="seconds per test run (default 120)")
     _output_options(e)
     e.set_defaults(func=run_evaluate)
 
@@ -162,9 +175,9 @@ def templates_path(args: argparse.Namespace, setting: str) -> Path:
 
 
 def command_line(args: argparse.Namespace) -> str:
-    """An equivalent command line, every option spelled out (defaults included), for provenance records; URLs lose
-    any user:password."""
-    from tide_dspy.backbones.registry import scrub_secrets
+    """An equivalent command line, every option spelled out (defaults included), for provenance records; credentials
+    in URLs are scrubbed."""
+    from tide_dspy.backbones.registry import scrub_text
 
     parts = ["tide", args.command]
     for dest, value in vars(args).items():
@@ -172,16 +185,19 @@ def command_line(args: argparse.Namespace) -> str:
             continue
         flag = "--" + dest.replace("_", "-")
         for v in value if isinstance(value, list) else [value]:
-            parts += [flag] if v is True else [flag, str(scrub_secrets(v) if isinstance(v, str) else v)]
+            parts += [flag] if v is True else [flag, scrub_text(str(v))]
     return " ".join(shlex.quote(p) for p in parts)
 
 
 def record_provenance(args: argparse.Namespace, folder: Path, artifact: str, **info) -> None:
     """provenance.json beside the artifacts: for each file, the command that made it and when."""
+    from tide_dspy.backbones.registry import scrub_secrets
+    from tide_dspy.data.records import read_json_file
+
     path = folder / "provenance.json"
-    data = json.loads(path.read_text()) if path.exists() else {}
-    data[artifact] = {"command": command_line(args), "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                      **info}
+    data = read_json_file(path, "") if path.exists() else {}
+    data[artifact] = scrub_secrets({"command": command_line(args),
+                                    "date": datetime.now(timezone.utc).isoformat(timespec="seconds"), **info})
     folder.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data, indent=1, default=str) + "\n")
 
@@ -269,8 +285,9 @@ def _build(args: argparse.Namespace, setting: str, method: str, train_instances=
         if train_instances is None:
             train_instances = load_instances(data_path(setting, args.data), setting=setting, split="train")
         demos = solved_demos(train_instances, setting, args.demos)
-    return build_program(method, setting, templates=templates, demos=demos,
-                         max_rounds=args.rounds, per_round=args.per_round)
+    return build_program(method, setting, templates=templates, demos=demos, max_rounds=args.rounds,
+                         per_round=args.per_round, max_evidence=getattr(args, "max_evidence", None),
+                         context_order_seed=getattr(args, "shuffle_context", None))
 
 
 def run_compile(args: argparse.Namespace) -> int:
@@ -398,6 +415,10 @@ def run_evaluate(args: argparse.Namespace) -> int:
             program.max_rounds = args.rounds
         if args.per_round:
             program.per_round = args.per_round
+        if args.max_evidence:
+            program.max_evidence = args.max_evidence
+        if args.shuffle_context is not None:
+            program.context_order_seed = args.shuffle_context
         setting, method = program.setting_name, method_of(program)
         if args.setting and args.setting != setting:
             raise ValueError(f"--setting {args.setting} but the program {args.program} is for {setting}")
@@ -406,33 +427,65 @@ def run_evaluate(args: argparse.Namespace) -> int:
             raise ValueError("--method needs --setting")
         setting, method = args.setting, args.method
         program = _build(args, setting, method)
+    execute = execution_judge(args, setting)
     instances, _ = load_split(args, setting)
     out_dir = Path(args.out) if args.out else program_dir(args, setting, root="runs") / f"{method}-{args.split}"
+    check_output_folder(out_dir)
     results = out_dir / "results.jsonl"
     if results.exists() and read_rows(results) and not (args.resume or args.fresh):
         raise ValueError(f"{results} already has results: pass --resume to continue it or --fresh to start over")
     lm, judge = make_lm(args), make_judge(args)
     params = {**_base_params(args, instances, lm), "method": method, "program": args.program,
-              "T": program.max_rounds, "k": program.per_round, "pool_size": len(program.templates)}
+              "T": program.max_rounds, "k": program.per_round, "pool_size": len(program.templates),
+              "verify_repo": args.verify_repo}
     track = not args.no_track
     with tracked_run("evaluate", setting=setting, backbone=args.backbone, params=params, uri=args.tracking_uri,
                      enabled=track):
         t0 = time.perf_counter()
         result = evaluate(program, instances, judge=judge, out_path=results, resume=args.resume, lm=lm,
-                          method=method, config={"command": command_line(args), "program_path": args.program,
-                                                 "backbone": args.backbone, "split": args.split},
-                          workers=args.workers)
+                          method=method, execute=execute, workers=args.workers,
+                          config={"command": command_line(args), "program_path": args.program,
+                                  "backbone": args.backbone, "split": args.split})
         seconds = round(time.perf_counter() - t0, 1)
         if track:
             import mlflow
 
             log_scores(result)
             mlflow.log_metric("seconds", seconds)
+            if result.get("execution"):
+                mlflow.log_metric("execution_resolution", result["execution"]["rate"])
             log_usage(result["lm_usage"])
             for name in ("results.jsonl", "config.json", "summary.json"):
                 _artifact(out_dir / name, "evaluation")
             if args.program and Path(args.program).exists():
                 _artifact(Path(args.program), "program")
     print(format_table(result))
+    if execute is not None:
+        print(execution_line(result))
     print(f"{seconds}s; results -> {results}")
     return 0
+
+
+def execution_judge(args: argparse.Namespace, setting: str):
+    """The ExecutionJudge of --verify-repo, or None."""
+    if args.verify_repo is None:
+        if args.verify_command or args.verify_timeout:
+            raise ValueError("--verify-command and --verify-timeout need --verify-repo DIR")
+        return None
+    if setting != "repository":
+        raise ValueError(f"--verify-repo runs repository tests; it does not apply to the {setting} setting")
+    from tide_dspy.metrics.execution import DEFAULT_TEST_COMMAND, ExecutionJudge
+
+    options = {"timeout": args.verify_timeout} if args.verify_timeout else {}
+    return ExecutionJudge(args.verify_repo, args.verify_command or DEFAULT_TEST_COMMAND, **options)
+
+
+def execution_line(result: dict) -> str:
+    judged = (result.get("coverage") or {}).get("resolution")
+    judge = "-" if judged is None else f"{100 * judged:.2f}%"
+    ex = result.get("execution")
+    if not ex:
+        return "execution-based resolution: no instance had an anchor_commit to run tests at"
+    return (f"execution-based resolution: {ex['resolved']}/{ex['problems']} gold problems resolved by tests "
+            f"({100 * ex['rate']:.2f}%) over {ex['instances']} instance(s); judge ({result['judge']}) resolution "
+            f"coverage: {judge}")

@@ -9,12 +9,13 @@ and so on. The line span includes decorators, and `code` is exactly those source
 from __future__ import annotations
 
 import ast
+import io
 import logging
-import os
 import tokenize
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+from tide_dspy.data.safe_files import FileScan, UnsafeFileError, read_capped, scan_files
 from tide_dspy.schemas import Artifact
 
 logger = logging.getLogger(__name__)
@@ -28,13 +29,12 @@ FunctionNode = ast.FunctionDef | ast.AsyncFunctionDef
 
 def python_files(root: str | Path) -> list[str]:
     """Relative paths (posix) of every .py file under root, skipping hidden, virtualenv and build folders."""
-    root = Path(root)
-    found: list[str] = []
-    for dirpath, dirnames, filenames in os.walk(root):
-        here = Path(dirpath)
-        dirnames[:] = sorted(d for d in dirnames if not _skipped_dir(here / d))
-        found.extend((here / f).relative_to(root).as_posix() for f in sorted(filenames) if f.endswith(".py"))
-    return found
+    return scan_python_files(root).files
+
+
+def scan_python_files(root: str | Path) -> FileScan:
+    """The .py files under root that are safe to read, and those left out with the reason (see safe_files)."""
+    return scan_files(root, lambda name: name.endswith(".py"), _skipped_dir)
 
 
 def _skipped_dir(path: Path) -> bool:
@@ -92,9 +92,12 @@ def file_candidates(rel_path: str, source: str) -> list[Artifact]:
 
 
 def read_source(path: Path) -> str:
-    """Source text decoded per PEP 263, with universal newlines (so ast line numbers index `split('\\n')`)."""
-    with tokenize.open(path) as f:
-        return f.read()
+    """Source text decoded per PEP 263, with universal newlines (so ast line numbers index `split('\\n')`).
+
+    Only a regular file within safe_files.MAX_FILE_BYTES is read."""
+    data = read_capped(path)
+    encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+    return io.TextIOWrapper(io.BytesIO(data), encoding).read()
 
 
 def parse_candidates(root: str | Path, files: Iterable[str] | None = None) -> list[Artifact]:
@@ -113,6 +116,8 @@ def parse_candidates(root: str | Path, files: Iterable[str] | None = None) -> li
             raise FileNotFoundError(f"{path}: no such file under {root}; pass paths relative to the root")
         try:
             artifacts.extend(file_candidates(rel, read_source(path)))
+        except UnsafeFileError as exc:
+            logger.warning("%s: skipped, %s", rel, exc)
         except (SyntaxError, UnicodeDecodeError, ValueError) as exc:
             line = getattr(exc, "lineno", None)
             logger.warning("%s%s: skipped, it does not parse (%s)", rel, f" line {line}" if line else "",

@@ -51,11 +51,11 @@ class GitClone:
 
     @cache
     def has_commit(self, sha: str) -> bool:
-        return _git(["-C", str(self.path), "cat-file", "-e", f"{sha}^{{commit}}"], check=False).returncode == 0
+        return _git(["-C", str(self.path), "cat-file", "-e", "--end-of-options", f"{sha}^{{commit}}"], check=False).returncode == 0
 
     @cache
     def commit_time(self, sha: str) -> int:
-        return int(self.git("log", "-1", "--format=%ct", sha))
+        return int(self.git("log", "-1", "--format=%ct", "--end-of-options", sha, "--"))
 
     def commit_date(self, sha: str) -> str:
         return datetime.fromtimestamp(self.commit_time(sha), UTC).isoformat()
@@ -63,15 +63,19 @@ class GitClone:
     def existing(self, sha: str, paths: list[str]) -> list[str]:
         if not paths:
             return []
-        listed = self.git("ls-tree", "-r", "--name-only", sha, "--", *paths).decode().splitlines()
+        listed = self.git("ls-tree", "-r", "--name-only", "--end-of-options", sha, "--", *paths).decode().splitlines()
         return [p for p in paths if p in set(listed)]
 
-    def snapshot(self, sha: str, paths: list[str]) -> Snapshot:
-        """A scratch directory holding those of `paths` that exist at `sha` (via `git archive`)."""
+    def snapshot(self, sha: str, paths: list[str] | None) -> Snapshot:
+        """A scratch directory holding those of `paths` that exist at `sha`, or (paths None) the commit's whole
+        tree, via `git archive`."""
+        if sha.startswith("-"):  # git archive (2.39) takes no --end-of-options before a pathspec
+            raise ValueError(f"{sha!r} is not a commit")
         snap = Snapshot(Path(tempfile.mkdtemp(prefix="tide-snap-")))
-        present = self.existing(sha, paths)
-        if present:
-            with tarfile.open(fileobj=io.BytesIO(self.git("archive", sha, "--", *present))) as tar:
+        present = self.existing(sha, paths) if paths is not None else None
+        if present is None or present:
+            archive = self.git("archive", sha, *(["--", *present] if present else []))
+            with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
                 tar.extractall(snap.root / "tree", filter="data")
         else:
             (snap.root / "tree").mkdir()
@@ -93,12 +97,14 @@ class Snapshot:
         args = ["apply", "--check", *(["-R"] if reverse else []), "-"]
         return _git(args, cwd=self.tree, input=patch.encode(), check=False).returncode == 0
 
-    def apply(self, patch: str) -> None:
-        _git(["apply", "-"], cwd=self.tree, input=patch.encode())
+    def apply(self, patch: str, recount: bool = False) -> None:
+        """Apply a unified diff; `recount` ignores the hunk headers' line counts, as `tide discover`'s check does."""
+        text = patch if patch.endswith("\n") else patch + "\n"
+        _git(["apply", *(["--recount"] if recount else []), "-"], cwd=self.tree, input=text.encode())
 
     def copy(self) -> Snapshot:
         other = Snapshot(Path(tempfile.mkdtemp(prefix="tide-snap-")))
-        shutil.copytree(self.tree, other.tree)
+        shutil.copytree(self.tree, other.tree, symlinks=True)
         return other
 
     def close(self) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 from collections.abc import Iterator
@@ -65,9 +66,12 @@ def load_with_report(path: str | Path, setting: str | None = None, split: str | 
     seen: dict[str, tuple[Path, int]] = {}
     for file in jsonl_files(path):
         for line_no, text in jsonl_lines(file, cache_dir):
-            if not text.strip():
+            if isinstance(text, str) and not text.strip():
                 continue
             try:
+                if isinstance(text, UnicodeDecodeError):
+                    raise ValueError(f"byte 0x{text.object[text.start]:02x} at column {text.start + 1} is not UTF-8 "
+                                     "(re-encode the file as UTF-8)")
                 instance = _instance(text, setting)
                 if instance.instance_id in seen:
                     first = seen[instance.instance_id]
@@ -94,13 +98,16 @@ def _instance(text: str, setting: str | None) -> Instance:
         record = json.loads(text)
     except json.JSONDecodeError as exc:
         raise ValueError(f"not valid JSON ({exc.msg} at column {exc.colno})") from exc
+    except RecursionError:
+        raise ValueError("JSON nested too deeply to read; a record is an object of lists and objects a few levels "
+                         "deep") from None
     try:
         return instance_from_record(record, setting=setting)
     except ValueError as exc:  # pydantic's ValidationError is a ValueError
         raise ValueError(describe_record_error(exc, record)) from exc
 
 
-def jsonl_lines(file: Path, cache_dir: str | Path | None = None) -> Iterator[tuple[int, str]]:
+def jsonl_lines(file: Path, cache_dir: str | Path | None = None) -> Iterator[tuple[int, str | UnicodeDecodeError]]:
     """(1-based line number, line text) of a JSONL file, read through `datasets` so it is cached as Arrow.
 
     The "text" builder keeps each line as one string column instead of letting the "json" builder infer an
@@ -109,10 +116,30 @@ def jsonl_lines(file: Path, cache_dir: str | Path | None = None) -> Iterator[tup
     parameters, problem metadata) are unified or turned into opaque Json columns, and a line that does not fit
     the schema fails the whole file without naming its line. Each row is then parsed with json.loads, and the
     row index is the line number (the builder splits on newlines only).
+
+    `datasets` keys its cache on the file's path and modification time, so a file edited in place with its time
+    kept would be read from a stale cache; the cache lives in a folder named by a hash of the content instead.
+    A file that is not UTF-8 is read line by line, and each line that does not decode comes as its
+    UnicodeDecodeError, so the caller can name the line (and skip it under skip_invalid).
     """
+    data = file.read_bytes()
+    if not data.strip():
+        raise ValueError(f"{file}: the file is empty; a .jsonl file holds one JSON record per line (fill it or "
+                         "remove it)")
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        for index, raw in enumerate(data.split(b"\n")):
+            try:
+                yield index + 1, raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                yield index + 1, exc
+        return
+    digest = hashlib.sha256(data).hexdigest()[:16]
+    base = Path(cache_dir) if cache_dir else Path(datasets.config.HF_DATASETS_CACHE)
     with _quiet_progress():
         ds = datasets.load_dataset("text", data_files=str(file.resolve()), split="train",
-                                   cache_dir=str(cache_dir) if cache_dir else None)
+                                   cache_dir=str(base / f"tide-jsonl-{digest}"))
     for index, text in enumerate(ds["text"]):
         yield index + 1, text
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import mailbox
-import os
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from email import policy
@@ -20,6 +19,7 @@ from pathlib import Path
 
 import icalendar
 
+from tide_dspy.data.safe_files import FileScan, read_capped, scan_files
 from tide_dspy.schemas import Artifact
 
 EMAIL_SUFFIXES = (".eml",)
@@ -43,7 +43,8 @@ class Skipped:
 class IngestResult:
     artifacts: list[Artifact] = field(default_factory=list)
     sources: dict[str, str] = field(default_factory=dict)  # artifact id -> relative file it came from
-    skipped: list[Skipped] = field(default_factory=list)  # unreadable files
+    skipped: list[Skipped] = field(default_factory=list)  # unreadable or unsafe files
+    fallbacks: list[Skipped] = field(default_factory=list)  # items kept, but read with a fallback (reason: which)
     ignored: list[str] = field(default_factory=list)  # files of a type we do not read
 
     def counts(self) -> dict[str, int]:
@@ -94,17 +95,35 @@ def _addresses(msg: EmailMessage, name: str) -> list[str]:
     return [str(a) for a in addresses]
 
 
-def _body(msg: EmailMessage) -> str:
+def _decoded(part: EmailMessage, notes: list[str], label: str) -> str:
+    """The part's text; a charset Python does not know (or bytes that do not fit it) falls back to UTF-8, else
+    Latin-1, and the fallback is noted."""
+    try:
+        return part.get_content()
+    except (LookupError, UnicodeError) as exc:
+        data = part.get_payload(decode=True) or b""
+        try:
+            text, used = data.decode("utf-8"), "UTF-8"
+        except UnicodeDecodeError:
+            text, used = data.decode("latin-1"), "Latin-1"
+        problem = (f"unknown charset {part.get_content_charset()!r}" if isinstance(exc, LookupError)
+                   else f"bytes that are not {part.get_content_charset()!r}")
+        notes.append(f"{label}: {problem}; decoded as {used}")
+        return text
+
+
+def _body(msg: EmailMessage, notes: list[str]) -> str:
     part = msg.get_body(preferencelist=("plain", "html"))
     if part is None:
         return ""
-    text = part.get_content()
+    message_id = str(msg["Message-ID"] or "").strip()
+    text = _decoded(part, notes, f"message {message_id}" if message_id else "a message")
     if part.get_content_subtype() == "html":
         text = _html_to_text(text)
     return text.strip()
 
 
-def email_payload(msg: EmailMessage) -> tuple[dict, str | None]:
+def email_payload(msg: EmailMessage, notes: list[str]) -> tuple[dict, str | None]:
     """(payload, created_at) of one parsed message. Raises IngestError when it has no mail headers at all."""
     if not any(msg[h] for h in ("From", "To", "Subject", "Date")):
         raise IngestError("no From/To/Subject/Date header: this is not an RFC 822 message")
@@ -117,7 +136,7 @@ def email_payload(msg: EmailMessage) -> tuple[dict, str | None]:
         "to": _addresses(msg, "To"),
         "cc": _addresses(msg, "Cc"),
         "timestamp": timestamp,
-        "body": _body(msg),
+        "body": _body(msg, notes),
     }
     return payload, timestamp or None
 
@@ -126,18 +145,18 @@ def _parse_message(data: bytes) -> EmailMessage:
     return BytesParser(policy=policy.default).parsebytes(data)
 
 
-def read_eml(path: Path) -> list[tuple[str, dict, str | None]]:
-    msg = _parse_message(path.read_bytes())
-    payload, created = email_payload(msg)
+def read_eml(path: Path, notes: list[str]) -> list[tuple[str, dict, str | None]]:
+    msg = _parse_message(read_capped(path))
+    payload, created = email_payload(msg, notes)
     return [(str(msg["Message-ID"] or "").strip() or "#0", payload, created)]
 
 
-def read_mbox(path: Path) -> list[tuple[str, dict, str | None]]:
+def read_mbox(path: Path, notes: list[str]) -> list[tuple[str, dict, str | None]]:
     box = mailbox.mbox(path, factory=lambda f: BytesParser(policy=policy.default).parse(f), create=False)
     items = []
     try:
         for index, msg in enumerate(box):
-            payload, created = email_payload(msg)
+            payload, created = email_payload(msg, notes)
             items.append((str(msg["Message-ID"] or "").strip() or f"#{index}", payload, created))
     except IngestError as exc:
         raise IngestError(f"message {len(items) + 1}: {exc}") from None
@@ -194,9 +213,9 @@ def event_payload(event) -> tuple[dict, str | None]:
     return payload, iso(created) or None
 
 
-def read_ics(path: Path) -> list[tuple[str, dict, str | None]]:
+def read_ics(path: Path, notes: list[str]) -> list[tuple[str, dict, str | None]]:
     try:
-        calendar = icalendar.Calendar.from_ical(path.read_bytes())
+        calendar = icalendar.Calendar.from_ical(read_capped(path))
     except ValueError as exc:
         raise IngestError(f"not an iCalendar file ({exc})") from None
     items = []
@@ -213,9 +232,9 @@ def read_ics(path: Path) -> list[tuple[str, dict, str | None]]:
 
 # ---- documents ----
 
-def read_document(path: Path) -> list[tuple[str, dict, str | None]]:
+def read_document(path: Path, notes: list[str]) -> list[tuple[str, dict, str | None]]:
     try:
-        text = path.read_bytes().decode("utf-8-sig")
+        text = read_capped(path).decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise IngestError(f"not UTF-8 text (byte {exc.start}); convert it to UTF-8") from None
     if not text.strip():
@@ -236,38 +255,39 @@ READERS = {
 }
 
 
-def workspace_files(root: Path) -> list[str]:
-    """Relative posix paths of every non-hidden file under root, sorted."""
-    found = []
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
-        here = Path(dirpath)
-        found.extend((here / f).relative_to(root).as_posix() for f in sorted(filenames) if not f.startswith("."))
-    return found
+def workspace_files(root: Path) -> FileScan:
+    """Relative posix paths of every non-hidden file under root, sorted; unsafe ones are listed in `skipped`."""
+    return scan_files(root, lambda name: not name.startswith("."), lambda folder: folder.name.startswith("."))
 
 
 def ingest_workspace(root: str | Path) -> IngestResult:
-    """Read every supported file under root; list unreadable files in `skipped` and other types in `ignored`."""
+    """Read every supported file under root; list unreadable or unsafe files in `skipped`, other types in
+    `ignored`, and items read with a decoding fallback in `fallbacks`."""
     root = Path(root)
     if not root.is_dir():
         raise FileNotFoundError(f"{root}: not a directory; pass a folder of .eml/.mbox/.ics/.md/.txt/.csv files")
     result = IngestResult()
-    for rel in workspace_files(root):
+    scan = workspace_files(root)
+    result.skipped.extend(Skipped(s["path"], s["reason"]) for s in scan.skipped)
+    for rel in scan.files:
         reader = READERS.get(Path(rel).suffix.lower())
         if reader is None:
             result.ignored.append(rel)
             continue
         kind, read = reader
+        notes: list[str] = []
         try:
-            items = read(root / rel)
-        except (IngestError, ValueError, UnicodeError, OSError) as exc:
+            items = read(root / rel, notes)
+        except (IngestError, ValueError, UnicodeError, LookupError, OSError) as exc:
             result.skipped.append(Skipped(rel, str(exc) or type(exc).__name__))
             continue
+        result.fallbacks.extend(Skipped(rel, note) for note in notes)
         for index, (key, payload, created) in enumerate(items):
             artifact_id = stable_id(kind, rel, key)
             if artifact_id in result.sources:  # the same Message-ID/UID twice in one file
                 artifact_id = stable_id(kind, rel, f"{key}#{index}")
             result.artifacts.append(Artifact(id=artifact_id, kind=kind, created_at=created, payload=payload))
             result.sources[artifact_id] = rel
+    result.skipped.sort(key=lambda s: s.path)
     result.artifacts.sort(key=lambda a: (a.created_at or "9999", a.id))
     return result

@@ -11,9 +11,9 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import ValidationError
 
+from tide_dspy.data.records import read_yaml_file
 from tide_dspy.schemas import Action
 
 # type -> (description, required parameters)
@@ -49,22 +49,13 @@ def default_actions() -> list[Action]:
             for t, (d, p) in PROBE_ACTION_TYPES.items()]
 
 
-def _read_yaml(path: Path) -> Any:
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: no such file")
-    try:
-        return yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        raise ValueError(f"{path}: not valid YAML ({exc})") from None
-
-
 def load_actions(path: str | Path) -> list[Action]:
     """An action library from YAML: a list of actions, or a mapping with an `actions` list.
 
     Each action needs `type` and `description`; `id` defaults to "act_" plus 8 hex of a hash of those two.
     """
     path = Path(path)
-    data = _read_yaml(path)
+    data = read_yaml_file(path)
     if isinstance(data, dict):
         data = data.get("actions")
     if not isinstance(data, list) or not data:
@@ -93,7 +84,7 @@ def load_actions(path: str | Path) -> list[Action]:
 def load_profile(path: str | Path) -> dict[str, Any]:
     """A profile mapping from YAML (full_name, occupation, about, relationships, today, ...)."""
     path = Path(path)
-    data = _read_yaml(path)
+    data = read_yaml_file(path)
     if not isinstance(data, dict):
         raise ValueError(f"{path}: expected a mapping such as 'full_name: ...', 'occupation: ...', 'today: YYYY-MM-DD'")
     return {k: (v.isoformat() if isinstance(v, date) else v) for k, v in data.items()}

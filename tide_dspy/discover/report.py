@@ -12,6 +12,7 @@ from pathlib import Path
 
 from tide_dspy.discover.patches import CHECK_COMMAND, PatchCheck
 from tide_dspy.discover.result import DiscoverResult
+from tide_dspy.discover.verify import NOT_RUN, VERIFIED, Verification
 from tide_dspy.schemas import Finding
 
 CSS = ("body{font-family:system-ui,sans-serif;max-width:60rem;margin:2rem auto;padding:0 1rem;line-height:1.45}"
@@ -32,6 +33,8 @@ class FindingView:
     patch: str | None
     patch_status: str | None  # "applies" | "does not apply: <reason>" | None
     flags: list[str]
+    tests: str | None = None  # the --verify outcome: "verified: fixes 1, breaks 0 (fixed: ...)", ...
+    fixes: bool = False  # only a verified patch is ever shown as a fix
 
 
 def evidence_label(result: DiscoverResult, artifact_id: str) -> str:
@@ -60,6 +63,16 @@ def patch_status(check: PatchCheck | None) -> str | None:
     return check.status + (f": {check.reason}" if check.reason and not check.applies else "")
 
 
+def tests_status(v: Verification | None) -> str | None:
+    if v is None:
+        return None
+    details = [f"{what}: {', '.join(ids[:10])}" + (f" and {len(ids) - 10} more" if len(ids) > 10 else "")
+               for what, ids in (("fixed", v.fixed), ("broke", v.broken)) if ids]
+    timing = f"{v.seconds:.1f} s" if v.status != NOT_RUN else ""
+    extra = "; ".join([timing, *details]) if timing else ""
+    return v.label + (f" ({extra})" if extra else "")
+
+
 def finding_views(result: DiscoverResult) -> list[FindingView]:
     views = []
     for i, f in enumerate(result.findings):
@@ -68,21 +81,28 @@ def finding_views(result: DiscoverResult) -> list[FindingView]:
             action.append(f"{f.action.action_id} ({f.action.type or 'type unknown'})")
             action += [f"{k}: {v}" for k, v in f.action.parameters.items()]
         check = result.patch_checks[i] if i < len(result.patch_checks) else None
+        verification = result.verifications[i] if i < len(result.verifications) else None
         views.append(FindingView(
             number=i + 1, description=f.description, evidence=[evidence_label(result, e) for e in f.evidence],
             template=template_label(result, f), action=action, patch=f.patch,
-            patch_status=patch_status(check), flags=list(f.flags),
+            patch_status=patch_status(check), flags=list(f.flags), tests=tests_status(verification),
+            fixes=verification is not None and verification.status == VERIFIED,
         ))
     return views
 
 
 def header_lines(result: DiscoverResult) -> list[str]:
     model = result.backbone.get("model") or result.backbone.get("name") or "unknown"
-    return [
+    lines = [
         f"Setting: {result.setting}. Program: {result.program_source}. Backbone: {model}.",
         f"Context: {len(result.instance.artifacts)} artifacts in {result.windows} window(s).",
         f"Summary: {result.summary_line()}.",
     ]
+    if result.verify:
+        lines.append(f"Tests: `{result.verify['command']}` ran in a temporary copy of the tree, unpatched (baseline: "
+                     f"{result.verify['baseline']['summary']}) and once per applying patch. A patch counts as a fix "
+                     "only when a test that failed in the baseline passes with it; findings are ordered by this.")
+    return lines
 
 
 def round_rows(result: DiscoverResult) -> list[list[str]]:
@@ -99,26 +119,74 @@ def round_rows(result: DiscoverResult) -> list[list[str]]:
 ROUND_COLUMNS = ["window", "round", "new", "rediscovered", "LM calls", "tokens in", "tokens out", "parse failures", "s"]
 
 
+def failed_round_lines(result: DiscoverResult) -> list[str]:
+    """One line per failed round (window, round, error), for both reports."""
+    where = (lambda wr: f"window {wr.window}, round {wr.record.round}") if result.windows > 1 else \
+        (lambda wr: f"round {wr.record.round}")
+    return [f"{where(wr)}: {wr.record.error or 'no parseable output'}" for wr in result.failed_rounds()]
+
+
+def no_findings_line(result: DiscoverResult) -> str:
+    if result.every_round_failed():
+        return (f"No findings, because every round failed (first error: {result.first_error()}). This is not a clean "
+                "result: fix the cause and run again.")
+    return "No findings."
+
+
+# ---- Markdown: text from the LM and from file names is escaped, never rendered as HTML ----
+
+def _longest_run(text: str, char: str) -> int:
+    longest = run = 0
+    for c in text:
+        run = run + 1 if c == char else 0
+        longest = max(longest, run)
+    return longest
+
+
+def md_text(text) -> str:
+    """Plain text in Markdown: raw HTML (tags, entities) is escaped, and a line break cannot start a new block."""
+    return html.escape(" ".join(str(text).splitlines()), quote=False)
+
+
+def md_code(text) -> str:
+    """An inline code span whose fence is longer than any run of backticks inside it."""
+    text = " ".join(str(text).splitlines())
+    fence = "`" * (_longest_run(text, "`") + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
+def md_fenced(body: str, info: str = "") -> list[str]:
+    """A fenced code block whose fence is longer than any run of backticks in the body."""
+    fence = "`" * max(3, _longest_run(body, "`") + 1)
+    return [fence + info, body.rstrip("\n"), fence]
+
+
 def render_markdown(result: DiscoverResult) -> str:
-    out = [f"# TIDE discover report: {result.target}", "", *header_lines(result), ""]
+    out = [f"# TIDE discover report: {md_text(result.target)}", "", *[md_text(h) for h in header_lines(result)], ""]
     if result.notes:
-        out += ["Notes:", *[f"- {n}" for n in result.notes], ""]
+        out += ["Notes:", *[f"- {md_text(n)}" for n in result.notes], ""]
     if not result.findings:
-        out += ["No findings.", ""]
+        out += [md_text(no_findings_line(result)), ""]
     for v in finding_views(result):
-        out += [f"## Finding {v.number}", "", v.description, "", "Evidence:"]
-        out += [f"- `{e}`" for e in v.evidence] or ["- (no valid evidence id)"]
-        out += ["", f"Template: {v.template}", ""]
+        out += [f"## Finding {v.number}", "", md_text(v.description), "", "Evidence:"]
+        out += [f"- {md_code(e)}" for e in v.evidence] or ["- (no valid evidence id)"]
+        out += ["", f"Template: {md_text(v.template)}", ""]
         if v.action:
-            out += [f"Action: `{v.action[0]}`", *[f"- {line}" for line in v.action[1:]], ""]
+            out += [f"Action: {md_code(v.action[0])}", *[f"- {md_text(line)}" for line in v.action[1:]], ""]
         if v.patch_status is not None:
-            out += [f"Patch: **{v.patch_status}** (checked with `{CHECK_COMMAND}`; nothing was applied)", ""]
+            out += [f"Patch: **{md_text(v.patch_status)}** (checked with `{CHECK_COMMAND}`; nothing was applied)", ""]
+        if v.tests is not None:
+            out += [f"Tests: **{md_text(v.tests)}**", ""]
         if v.patch:
-            out += ["```diff", v.patch.rstrip("\n"), "```", ""]
+            out += [*md_fenced(v.patch, "diff"), ""]
         if v.flags:
-            out += [f"Flags: {', '.join(v.flags)}", ""]
+            out += [f"Flags: {md_text(', '.join(v.flags))}", ""]
     if result.skipped:
-        out += ["## Skipped inputs", "", *[f"- {s['path']}: {s['reason']}" for s in result.skipped], ""]
+        out += ["## Skipped inputs", "", *[f"- {md_text(s['path'])}: {md_text(s['reason'])}" for s in result.skipped], ""]
+    failed = failed_round_lines(result)
+    if failed:
+        out += [f"## Failed rounds ({len(failed)} of {len(result.rounds)})", "", *[f"- {md_text(x)}" for x in failed], ""]
     out += ["## Rounds", "", "| " + " | ".join(ROUND_COLUMNS) + " |", "|" + "---|" * len(ROUND_COLUMNS)]
     out += ["| " + " | ".join(row) + " |" for row in round_rows(result)]
     return "\n".join(out) + "\n"
@@ -130,7 +198,7 @@ def render_html(result: DiscoverResult) -> str:
     if result.notes:
         body.append("<ul>" + "".join(f"<li>{e(n)}</li>" for n in result.notes) + "</ul>")
     if not result.findings:
-        body.append("<p>No findings.</p>")
+        body.append(f"<p>{e(no_findings_line(result))}</p>")
     for v in finding_views(result):
         part = [f"<section class='finding'><h2>Finding {v.number}</h2><p>{e(v.description)}</p><h3>Evidence</h3><ul>"]
         part += [f"<li><code>{e(x)}</code></li>" for x in v.evidence] or ["<li>(no valid evidence id)</li>"]
@@ -142,6 +210,8 @@ def render_html(result: DiscoverResult) -> str:
         if v.patch_status is not None:
             css = "applies" if v.patch_status == "applies" else "fails"
             part.append(f"<p><b>Patch:</b> <span class='{css}'>{e(v.patch_status)}</span></p>")
+        if v.tests is not None:
+            part.append(f"<p><b>Tests:</b> <span class='{'applies' if v.fixes else 'fails'}'>{e(v.tests)}</span></p>")
         if v.patch:
             part.append(f"<pre>{e(v.patch)}</pre>")
         if v.flags:
@@ -150,6 +220,10 @@ def render_html(result: DiscoverResult) -> str:
     if result.skipped:
         body.append("<h2>Skipped inputs</h2><ul>" + "".join(f"<li>{e(s['path'])}: {e(s['reason'])}</li>"
                                                            for s in result.skipped) + "</ul>")
+    failed = failed_round_lines(result)
+    if failed:
+        body.append(f"<h2>Failed rounds ({len(failed)} of {len(result.rounds)})</h2><ul class='fails'>"
+                    + "".join(f"<li>{e(x)}</li>" for x in failed) + "</ul>")
     head = "".join(f"<th>{e(c)}</th>" for c in ROUND_COLUMNS)
     rows = "".join("<tr>" + "".join(f"<td>{e(c)}</td>" for c in row) + "</tr>" for row in round_rows(result))
     body.append(f"<h2>Rounds</h2><table><tr>{head}</tr>{rows}</table>")
@@ -164,14 +238,18 @@ def findings_payload(result: DiscoverResult) -> dict:
         check = result.patch_checks[i] if i < len(result.patch_checks) else None
         if check is not None:
             row["patch_check"] = {"status": check.status, "reason": check.reason}
+        verification = result.verifications[i] if i < len(result.verifications) else None
+        if verification is not None:
+            row["verification"] = verification.to_dict()
         rows.append(row)
-    return {"findings": rows}
+    return {"findings": rows, **({"verify": result.verify} if result.verify else {})}
 
 
 def run_payload(result: DiscoverResult) -> dict:
     return {
         "setting": result.setting, "target": result.target, "program": result.program_source,
         "backbone": result.backbone, "summary": result.summary(), "notes": result.notes, "skipped": result.skipped,
+        **({"verify": result.verify} if result.verify else {}),
         "rounds": [{"window": wr.window, **wr.record.model_dump()} for wr in result.rounds],
     }
 

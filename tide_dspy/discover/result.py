@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tide_dspy.discover.patches import PatchCheck
+from tide_dspy.discover.verify import NOT_RUN, STATUS_RANK, VERIFIED, Verification
 from tide_dspy.schemas import Artifact, Finding, Instance, RoundRecord, Template
 
 
@@ -24,6 +25,8 @@ class DiscoverResult:
     program_source: str
     templates: list[Template] = field(default_factory=list)
     patch_checks: list[PatchCheck | None] = field(default_factory=list)  # aligned with findings
+    verifications: list[Verification | None] = field(default_factory=list)  # aligned with findings; --verify only
+    verify: dict[str, Any] = field(default_factory=dict)  # command, baseline, links left out of the copy
     rounds: list[WindowRound] = field(default_factory=list)
     windows: int = 1
     sources: dict[str, str] = field(default_factory=dict)  # workspace item id -> file
@@ -38,6 +41,28 @@ class DiscoverResult:
     def template_name(self, template_id: str) -> str | None:
         return next((t.name for t in self.templates if t.id == template_id), None)
 
+    def failed_rounds(self) -> list[WindowRound]:
+        return [r for r in self.rounds if r.record.failed]
+
+    def every_round_failed(self) -> bool:
+        """True when rounds ran and none of them produced usable output: "no findings" then means nothing."""
+        return bool(self.rounds) and len(self.failed_rounds()) == len(self.rounds)
+
+    def first_error(self) -> str | None:
+        failed = self.failed_rounds()
+        return (failed[0].record.error or "no parseable output") if failed else None
+
+    def order_by_verification(self) -> None:
+        """Fixes first (most fixed, fewest broken), then no change, not run, breaks tests, timed out."""
+        def key(i: int):
+            v = self.verifications[i]
+            return (STATUS_RANK[v.status], -len(v.fixed), len(v.broken)) if v is not None else (len(STATUS_RANK), 0, 0)
+
+        order = sorted(range(len(self.findings)), key=key)
+        self.findings = [self.findings[i] for i in order]
+        self.patch_checks = [self.patch_checks[i] for i in order]
+        self.verifications = [self.verifications[i] for i in order]
+
     def summary(self) -> dict[str, Any]:
         records = [r.record for r in self.rounds]
         ins = [r.input_tokens for r in records if r.input_tokens is not None]
@@ -46,6 +71,9 @@ class DiscoverResult:
             "findings": len(self.findings),
             "patches_apply": sum(1 for c in self.patch_checks if c is not None and c.applies),
             "patches_checked": sum(1 for c in self.patch_checks if c is not None and c.status != "no patch"),
+            **({"patches_verified_fix": sum(1 for v in self.verifications if v is not None and v.status == VERIFIED),
+                "patches_run": sum(1 for v in self.verifications if v is not None and v.status != NOT_RUN)}
+               if self.verify else {}),
             "windows": self.windows,
             "rounds": len(records),
             "lm_calls": sum(r.lm_calls for r in records),
@@ -61,5 +89,8 @@ class DiscoverResult:
         s = self.summary()
         tokens = "n/a" if s["input_tokens"] is None else f"{s['input_tokens']} in / {s['output_tokens'] or 0} out"
         patches = f", {s['patches_apply']}/{s['patches_checked']} patches apply" if self.setting == "repository" else ""
-        return (f"{s['findings']} finding{'' if s['findings'] == 1 else 's'}{patches} | {s['rounds']} rounds over {s['windows']} window(s) | "
-                f"{s['lm_calls']} LM calls | tokens {tokens} | {s['seconds']} s")
+        if self.verify:
+            patches += f", {s['patches_verified_fix']}/{s['patches_run']} tested patches fix a test"
+        failed = f" ({s['failed_rounds']} FAILED)" if s["failed_rounds"] else ""
+        return (f"{s['findings']} finding{'' if s['findings'] == 1 else 's'}{patches} | {s['rounds']} rounds{failed} over "
+                f"{s['windows']} window(s) | {s['lm_calls']} LM calls | tokens {tokens} | {s['seconds']} s")

@@ -7,8 +7,10 @@ run and the findings are merged with the same de-duplication TIDE uses between r
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import logging
+import re
 import time
 from collections.abc import Callable, Iterable
 from datetime import date
@@ -16,29 +18,30 @@ from pathlib import Path, PurePosixPath
 
 import dspy
 
-from tide_dspy.data.candidates import parse_candidates, python_files
+from tide_dspy.data.candidates import parse_candidates, scan_python_files
+from tide_dspy.data.safe_files import FileScan
 from tide_dspy.discover import library, windows
 from tide_dspy.discover.ingest import ingest_workspace
 from tide_dspy.discover.patches import DOES_NOT_APPLY, PatchChecker, git, git_toplevel
 from tide_dspy.discover.result import DiscoverResult, WindowRound
+from tide_dspy.discover.verify import DEFAULT_RUN_TIMEOUT, DEFAULT_TOTAL_TIMEOUT, NOT_RUN, Verification, Verifier
 from tide_dspy.discovery import DiscoveryProgram, DiscoveryState
 from tide_dspy.programs import build_program, load_program, program_dir
 from tide_dspy.schemas import Artifact, Instance, RoundRecord
 from tide_dspy.settings import get_setting
+from tide_dspy.shipped import PROGRAMS_DIR
 
 Progress = Callable[[str], None]
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 
 # ---- which program ----
 
 def shipped_file(setting: str, backbone: str, name: str) -> Path | None:
-    """programs/<setting>/<backbone>/<name> in the working directory or in the tide-dspy checkout."""
-    for base in dict.fromkeys((Path.cwd(), PROJECT_ROOT)):
-        path = program_dir(setting, backbone, root=base / "programs") / name
-        if path.is_file():
-            return path
-    return None
+    """programs/<setting>/<backbone>/<name> shipped with tide-dspy (never one in the working directory)."""
+    if PROGRAMS_DIR is None:
+        return None
+    path = program_dir(setting, backbone, root=PROGRAMS_DIR) / name
+    return path if path.is_file() else None
 
 
 def choose_program(setting: str, backbone: str, program: str | Path | None = None,
@@ -157,22 +160,31 @@ def changed_since(root: Path, ref: str) -> set[str]:
     """Paths (relative to root) changed in the working tree since `ref`, plus untracked files."""
     if git_toplevel(root) is None:
         raise ValueError(f"--since needs a git repository, and {root} is not inside one; use --include instead")
-    diff = git(["diff", "--name-only", "--relative", ref, "--"], root)
+    # The ref is user text: resolved as a commit, never read as an option, and only its sha reaches git diff.
+    commit = git(["rev-parse", "--verify", "--quiet", "--end-of-options", f"{ref}^{{commit}}"], root)
+    sha = commit.stdout.strip()
+    if commit.returncode != 0 or not re.fullmatch(r"[0-9a-f]{40,64}", sha):
+        raise ValueError(f"--since {ref}: not a commit in {root}; pass a branch, tag or commit "
+                         "(e.g. --since main or --since HEAD~3)")
+    diff = git(["diff", "--name-only", "--relative", "--end-of-options", sha, "--"], root)
     if diff.returncode != 0:
         raise ValueError(f"--since {ref}: git diff failed in {root}: {diff.stderr.strip()}")
-    untracked = git(["ls-files", "--others", "--exclude-standard"], root)
+    untracked = git(["ls-files", "--others", "--exclude-standard", "--"], root)
     return set(diff.stdout.split()) | set(untracked.stdout.split())
 
 
-def select_files(root: Path, include: Iterable[str] = (), exclude: Iterable[str] = (), since: str | None = None) -> list[str]:
-    files = python_files(root)
-    if since:
-        changed = changed_since(root, since)
-        files = [f for f in files if f in changed]
+def select_files(root: Path, include: Iterable[str] = (), exclude: Iterable[str] = (),
+                 since: str | None = None) -> FileScan:
+    """The .py files to read after --include/--exclude/--since, and the selected ones left out as unsafe."""
+    scan = scan_python_files(root)
     include, exclude = list(include), list(exclude)
-    if include:
-        files = [f for f in files if _matches(f, include)]
-    return [f for f in files if not _matches(f, exclude)]
+    changed = changed_since(root, since) if since else None
+
+    def keep(path: str) -> bool:
+        return ((changed is None or path in changed) and (not include or _matches(path, include))
+                and not _matches(path, exclude))
+
+    return FileScan([f for f in scan.files if keep(f)], [s for s in scan.skipped if keep(s["path"])])
 
 
 class _Collect(logging.Handler):
@@ -206,38 +218,82 @@ def head_commit(root: Path) -> str | None:
     return out.stdout.strip() if out.returncode == 0 else None
 
 
+def start_verifier(root: Path, command: str, run_timeout: float, total_timeout: float,
+                   progress: Progress) -> Verifier:
+    verifier = Verifier(root, command, run_timeout=run_timeout, total_timeout=total_timeout)
+    try:
+        for rel in verifier.left_out:
+            progress(f"verify: left {rel} out of the copy (a link that points outside {root})")
+        progress(f"verify: running {command!r} on an unpatched copy of {root} (baseline)")
+        progress(f"verify: baseline {verifier.run_baseline().describe()}")
+    except BaseException:
+        verifier.close()
+        raise
+    return verifier
+
+
+def verify_findings(result: DiscoverResult, verifier: Verifier, progress: Progress) -> None:
+    """Run the tests with each applying patch, record the outcomes, and order the findings by them."""
+    for n, (f, check) in enumerate(zip(result.findings, result.patch_checks), 1):
+        if check is None or not check.applies:
+            result.verifications.append(Verification(NOT_RUN, reason=check.status if check else "no patch"))
+            continue
+        v = verifier.verify(f.patch)
+        result.verifications.append(v)
+        progress(f"verify: finding {n}: {v.label}" + (f" ({v.seconds:.1f} s)" if v.status != NOT_RUN else ""))
+    baseline = verifier.baseline
+    result.verify = {"command": verifier.command, "argv": baseline.argv, "left_out": verifier.left_out,
+                     "baseline": {"returncode": baseline.returncode, "seconds": baseline.seconds,
+                                  "outcomes": baseline.outcomes, "summary": baseline.describe()}}
+    result.order_by_verification()
+
+
 def discover_repository(path: str | Path, *, lm, backbone: str = "local", include: Iterable[str] = (),
                         exclude: Iterable[str] = (), since: str | None = None, program: str | Path | None = None,
                         templates: str | Path | None = None, rounds: int | None = None, per_round: int | None = None,
-                        max_context_tokens: int | None = None, progress: Progress = print) -> DiscoverResult:
+                        max_context_tokens: int | None = None, verify: str | None = None,
+                        verify_timeout: float = DEFAULT_RUN_TIMEOUT, verify_total: float = DEFAULT_TOTAL_TIMEOUT,
+                        progress: Progress = print) -> DiscoverResult:
+    """`verify`: a test command run on a copy of the tree, unpatched and then with each patch that applies
+    (tide_dspy.discover.verify). It executes the project's code, so it runs only when given."""
     started = time.perf_counter()
     root = Path(path).resolve()
     if not root.is_dir():
         raise FileNotFoundError(f"{path}: not a directory; pass the root of a Python source tree")
-    files = select_files(root, include, exclude, since)
+    selected = select_files(root, include, exclude, since)
+    files = selected.files
+    for s in selected.skipped:
+        progress(f"skipped {s['path']}: {s['reason']}")
     if not files:
-        raise ValueError(f"{root}: no Python files left after --include/--exclude/--since")
-    artifacts, skipped = parse_reporting_skips(root, files)
-    for s in skipped:
+        raise ValueError(f"{root}: no Python files left after --include/--exclude/--since"
+                         + (f" ({len(selected.skipped)} left out as unsafe to read)" if selected.skipped else ""))
+    artifacts, unparsed = parse_reporting_skips(root, files)
+    skipped = selected.skipped + unparsed
+    for s in unparsed:
         progress(f"skipped {s['path']}: {s['reason']}")
     if not artifacts:
         raise ValueError(f"{root}: no functions found in the {len(files)} selected Python file(s)")
-    instance = Instance(instance_id=f"discover-{root.name}", setting="repository", repo=root.name,
-                        anchor_commit=head_commit(root) if git_toplevel(root) else None,
-                        artifacts=artifacts, meta={"root": str(root), "files": len(files)})
-    tide, source = choose_program("repository", backbone, program, templates, rounds, per_round)
-    progress(f"{root}: {len(artifacts)} candidate functions in {len(files)} files; using {source}")
-    parts = plan_windows("repository", instance, tide, lm, max_context_tokens,
-                         lambda a: (a.payload["path"], str(PurePosixPath(a.payload["path"]).parent)), progress)
-    findings, records = discover_in_windows(tide, instance, parts, lm, progress)
-    checker = PatchChecker(root)
-    checks = [checker.check(f.patch) for f in findings]
-    for f, check in zip(findings, checks):
-        if check.status == DOES_NOT_APPLY:
-            f.flags.append("patch_does_not_apply")
-    result = DiscoverResult(setting="repository", target=str(root), instance=instance, findings=findings,
-                            program_source=source, templates=list(tide.templates), patch_checks=checks,
-                            rounds=records, windows=len(parts), skipped=skipped, backbone=describe(lm))
+    with contextlib.ExitStack() as stack:
+        verifier = (stack.enter_context(start_verifier(root, verify, verify_timeout, verify_total, progress))
+                    if verify is not None else None)
+        instance = Instance(instance_id=f"discover-{root.name}", setting="repository", repo=root.name,
+                            anchor_commit=head_commit(root) if git_toplevel(root) else None,
+                            artifacts=artifacts, meta={"root": str(root), "files": len(files)})
+        tide, source = choose_program("repository", backbone, program, templates, rounds, per_round)
+        progress(f"{root}: {len(artifacts)} candidate functions in {len(files)} files; using {source}")
+        parts = plan_windows("repository", instance, tide, lm, max_context_tokens,
+                             lambda a: (a.payload["path"], str(PurePosixPath(a.payload["path"]).parent)), progress)
+        findings, records = discover_in_windows(tide, instance, parts, lm, progress)
+        checker = PatchChecker(root)
+        checks = [checker.check(f.patch) for f in findings]
+        for f, check in zip(findings, checks):
+            if check.status == DOES_NOT_APPLY:
+                f.flags.append("patch_does_not_apply")
+        result = DiscoverResult(setting="repository", target=str(root), instance=instance, findings=findings,
+                                program_source=source, templates=list(tide.templates), patch_checks=checks,
+                                rounds=records, windows=len(parts), skipped=skipped, backbone=describe(lm))
+        if verifier is not None:
+            verify_findings(result, verifier, progress)
     return finish(result, started, progress)
 
 
@@ -259,7 +315,7 @@ def discover_workspace(folder: str | Path, *, lm, backbone: str = "local", profi
     if not ingested.artifacts:
         raise ValueError(f"{root}: no readable .eml, .mbox, .ics, .md, .txt or .csv file "
                          f"({len(ingested.skipped)} skipped as unreadable)")
-    notes = []
+    notes = [f"{f.path}: kept, {f.reason}" for f in ingested.fallbacks]
     if actions is None:
         action_list = library.default_actions()
         notes.append(f"No --actions given: offered the default action library ({len(action_list)} generic actions, "

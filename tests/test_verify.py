@@ -1,0 +1,361 @@
+"""`tide discover repo --verify` and `tide evaluate --verify-repo`: real git, real pytest runs in throwaway copies."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+from dspy.utils.dummies import DummyLM
+
+from tide_dspy.cli import discover_cmd, optimize_cmd
+from tide_dspy.cli.main import main
+from tide_dspy.data.candidates import parse_candidates, python_files
+from tide_dspy.discover import discover_repository, write_report
+from tide_dspy.discover.verify import (BREAKS, NO_CHANGE, NOT_RUN, TIMED_OUT, VERIFIED, Verifier, VerifyError,
+                                       classify, nodeid_key, run_tests)
+
+FIXTURE = Path(__file__).parent / "fixtures" / "verify_repo"
+PYTEST = f"{shlex.quote(sys.executable)} -m pytest -q -p no:cacheprovider"
+
+MEAN_FIX = """diff --git a/calc/ops.py b/calc/ops.py
+--- a/calc/ops.py
++++ b/calc/ops.py
+@@ -1,3 +1,3 @@
+ def mean(values):
+-    return sum(values) / (len(values) - 1)
++    return sum(values) / len(values)
+ 
+"""
+CLAMP_BREAK = """diff --git a/calc/ops.py b/calc/ops.py
+--- a/calc/ops.py
++++ b/calc/ops.py
+@@ -5,2 +5,2 @@
+ def clamp(x, low, high):
+-    return max(low, min(x, high))
++    return min(low, max(x, high))
+"""
+SHOUT_STALE = """diff --git a/calc/text.py b/calc/text.py
+--- a/calc/text.py
++++ b/calc/text.py
+@@ -1,3 +1,3 @@
+ def shout(text):
+-    return text.lower()
++    return text.upper()
+ 
+"""
+WHISPER_LOOP = """diff --git a/calc/text.py b/calc/text.py
+--- a/calc/text.py
++++ b/calc/text.py
+@@ -5,2 +5,3 @@
+ def whisper(s):
++    while True: pass
+     return s.lower()
+"""
+SHOUT_FIX = """diff --git a/calc/text.py b/calc/text.py
+--- a/calc/text.py
++++ b/calc/text.py
+@@ -1,3 +1,3 @@
+ def shout(s):
+-    return s.lower()
++    return s.upper()
+ 
+"""
+SHOUT_WRONG = SHOUT_FIX.replace("s.upper()", "s.title()")
+SHOUT_TEST_PATCH = """diff --git a/tests/test_text.py b/tests/test_text.py
+--- a/tests/test_text.py
++++ b/tests/test_text.py
+@@ -1,5 +1,9 @@
+-from calc.text import whisper
++from calc.text import shout, whisper
+ 
+ 
+ def test_whisper():
+     assert whisper("Hi") == "hi"
++
++
++def test_shout():
++    assert shout("Hi") == "HI"
+"""
+
+
+def run_git(cwd: Path, *args: str) -> str:
+    return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@example.org", *args], cwd=cwd,
+                          check=True, capture_output=True, text=True).stdout
+
+
+@pytest.fixture
+def repo(tmp_path) -> Path:
+    """The fixture repository as a real git repository, plus an untracked file, an ignored file and a link out."""
+    root = tmp_path / "repo"
+    shutil.copytree(FIXTURE, root, ignore=shutil.ignore_patterns("__pycache__"))
+    (root / ".gitignore").write_text("ignored.txt\n")
+    run_git(root, "init", "-q")
+    run_git(root, "add", ".")
+    run_git(root, "commit", "-qm", "calc with planted bugs")
+    (root / "notes.txt").write_text("untracked, copied\n")
+    (root / "ignored.txt").write_text("ignored, not copied\n")
+    (tmp_path / "outside.txt").write_text("outside the tree\n")
+    os.symlink(tmp_path / "outside.txt", root / "link_out")
+    return root
+
+
+def tree_digest(root: Path) -> str:
+    """A hash over every file and link under root, .git included, never following links."""
+    h = hashlib.sha256()
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames.sort()
+        for name in sorted(filenames + [d for d in dirnames if (Path(dirpath) / d).is_symlink()]):
+            path = Path(dirpath) / name
+            h.update(str(path.relative_to(root)).encode() + b"\0")
+            h.update(os.readlink(path).encode() if path.is_symlink() else path.read_bytes())
+            h.update(oct(path.lstat().st_mode).encode())
+    return h.hexdigest()
+
+
+def porcelain(root: Path) -> str:
+    return run_git(root, "--no-optional-locks", "status", "--porcelain", "--ignored")
+
+
+def finding(description, evidence, patch):
+    return {"description": description, "evidence_ids": evidence, "patch": patch, "used_template_id": "", "why": ""}
+
+
+FOUR_FINDINGS = [
+    finding("mean divides by n - 1", ["calc/ops.py::mean"], MEAN_FIX),
+    finding("clamp bounds look swapped", ["calc/ops.py::clamp"], CLAMP_BREAK),
+    finding("shout lower-cases", ["calc/text.py::shout"], SHOUT_STALE),
+    finding("whisper should wait for input", ["calc/text.py::whisper"], WHISPER_LOOP),
+]
+
+
+@pytest.fixture
+def scratch(tmp_path, monkeypatch) -> Path:
+    """Temporary directories go here, so a test can see that every copy was removed."""
+    folder = tmp_path / "scratch"
+    folder.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(folder))
+    return folder
+
+
+# ---- the run ----
+
+def test_verify_classifies_each_patch_and_leaves_the_tree_untouched(repo, scratch, tmp_path):
+    before = (tree_digest(repo), porcelain(repo))
+    lm = DummyLM([{"findings": json.dumps(FOUR_FINDINGS)}, {"findings": "[]"}])
+    lines = []
+    result = discover_repository(repo, lm=lm, backbone="none-shipped", per_round=4, verify=PYTEST,
+                                 verify_timeout=6, progress=lines.append)
+    assert (tree_digest(repo), porcelain(repo)) == before
+    assert list(scratch.iterdir()) == []  # every temporary copy is gone
+
+    by_description = {f.description: v for f, v in zip(result.findings, result.verifications)}
+    fix = by_description["mean divides by n - 1"]
+    assert fix.status == VERIFIED and fix.label == "verified: fixes 1, breaks 0"
+    assert fix.fixed == ["tests.test_ops::test_mean"] and fix.broken == []
+    breaks = by_description["clamp bounds look swapped"]
+    assert breaks.status == BREAKS and breaks.broken == ["tests.test_ops::test_clamp"] and breaks.fixed == []
+    stale = by_description["shout lower-cases"]
+    assert stale.status == NOT_RUN and stale.label == "not run: does not apply"
+    loop = by_description["whisper should wait for input"]
+    assert loop.status == TIMED_OUT and 5 < loop.seconds < 30
+
+    # Ordered by verification status: the fix first, the known-bad patches last.
+    assert [v.status for v in result.verifications] == [VERIFIED, NOT_RUN, BREAKS, TIMED_OUT]
+    assert result.verify["left_out"] == ["link_out"]
+    assert result.verify["baseline"]["outcomes"] == {"tests.test_ops::test_mean": "failed",
+                                                     "tests.test_ops::test_clamp": "passed",
+                                                     "tests.test_text::test_whisper": "passed"}
+    assert any(line.startswith("verify: baseline exit 1, 1 failed, 2 passed") for line in lines)
+    assert "done: 4 findings, 3/4 patches apply, 1/3 tested patches fix a test" in lines[-1]
+
+    paths = write_report(result, tmp_path / "out")
+    md = paths["report.md"].read_text()
+    assert md.count("Tests: **verified") == 1  # an unverified patch is never shown as a fix
+    assert "Tests: **verified: fixes 1, breaks 0 (" in md and "fixed: tests.test_ops::test_mean" in md
+    assert "Tests: **breaks tests (" in md and "broke: tests.test_ops::test_clamp" in md
+    assert "Tests: **timed out (" in md and "Tests: **not run: does not apply**" in md
+    assert md.index("mean divides by n - 1") < md.index("clamp bounds look swapped")
+    data = json.loads(paths["findings.json"].read_text())
+    assert [f["verification"]["status"] for f in data["findings"]] == [VERIFIED, NOT_RUN, BREAKS, TIMED_OUT]
+    assert data["verify"]["command"] == PYTEST
+    assert "class='applies'>verified: fixes 1" in paths["report.html"].read_text()
+
+
+def test_copy_is_what_git_lists_from_the_working_tree(repo, scratch):
+    (repo / "calc" / "ops.py").write_text((repo / "calc" / "ops.py").read_text().replace("- 1)", "- 0)"))
+    with Verifier(repo, PYTEST) as verifier:
+        tree = verifier.pristine.tree
+        copied = sorted(p.relative_to(tree).as_posix() for p in tree.rglob("*") if p.is_file())
+        assert "- 0)" in (tree / "calc" / "ops.py").read_text()  # working-tree changes are included
+        assert not (tree / ".git").exists() and not (tree / "link_out").exists()
+        assert verifier.run_baseline().passed  # the edit fixed mean
+    assert copied == [".gitignore", "README.md", "calc/__init__.py", "calc/ops.py", "calc/text.py", "notes.txt",
+                      "tests/test_ops.py", "tests/test_text.py"]
+
+
+def test_a_plain_folder_is_copied_without_links_out(tmp_path, scratch):
+    root = tmp_path / "plain"
+    shutil.copytree(FIXTURE, root)
+    os.symlink("calc/ops.py", root / "inside_link.py")
+    os.symlink(tmp_path, root / "dir_out")
+    from tide_dspy.discover.patches import git_toplevel
+
+    if git_toplevel(root) is not None:
+        pytest.skip("the temporary folder lies inside a git repository")
+    with Verifier(root, PYTEST) as verifier:
+        assert verifier.left_out == ["dir_out"]
+        assert os.readlink(verifier.pristine.tree / "inside_link.py") == "calc/ops.py"
+
+
+def test_a_command_other_than_pytest_is_one_check(repo, scratch):
+    command = f"{shlex.quote(sys.executable)} -c 'import calc.ops as o; assert o.mean([1, 2, 3]) == 2'"
+    with Verifier(repo, command) as verifier:
+        assert not verifier.run_baseline().outcomes
+        fix, other = verifier.verify(MEAN_FIX), verifier.verify(CLAMP_BREAK)
+    assert fix.label == "verified: fixes 1, breaks 0" and fix.fixed == [command]
+    assert other.status == NO_CHANGE and other.returncode == 1
+
+
+def test_total_time_limit_leaves_later_patches_unrun(repo, scratch):
+    with Verifier(repo, PYTEST, total_timeout=0.5) as verifier:
+        verifier.baseline = run_tests(verifier.argv, verifier.pristine.tree, 30)
+        assert verifier.verify(MEAN_FIX).label == "not run: the total --verify time limit was used up"
+
+
+# ---- bounds ----
+
+def test_command_not_found_is_a_clear_error(repo, scratch, monkeypatch, capsys):
+    with pytest.raises(VerifyError, match="'no-such-test-runner' was not found on PATH"):
+        Verifier(repo, "no-such-test-runner -q")
+    assert list(scratch.iterdir()) == []
+    monkeypatch.setattr(discover_cmd, "lm_from_args", lambda args: DummyLM([]))
+    assert main(["discover", "repo", str(repo), "--verify", "./run-tests.sh", "--out", str(repo.parent / "o")]) == 2
+    assert "'./run-tests.sh' was not found; give its full path" in capsys.readouterr().err
+    assert main(["discover", "repo", str(repo), "--verify", "", "--out", str(repo.parent / "o")]) == 2
+    assert "--verify needs a test command" in capsys.readouterr().err
+    assert main(["discover", "repo", str(repo), "--verify-timeout", "3"]) == 2
+    assert "need --verify CMD" in capsys.readouterr().err
+
+
+def test_secrets_are_removed_from_the_test_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-do-not-leak")
+    monkeypatch.setenv("GITHUB_TOKEN", "ghp-do-not-leak")
+    monkeypatch.setenv("DATABASE_URL", "postgres://me:hunter2@db.example.org/x")
+    monkeypatch.setenv("TIDE_PLAIN_SETTING", "kept")
+    run = run_tests([sys.executable, "-c", "import os; print(sorted(os.environ.items()))"], tmp_path, 30)
+    assert run.passed
+    assert "do-not-leak" not in run.output and "hunter2" not in run.output
+    assert "OPENAI_API_KEY" not in run.output and "GITHUB_TOKEN" not in run.output
+    assert "('TIDE_PLAIN_SETTING', 'kept')" in run.output and "db.example.org" in run.output
+
+
+def test_output_is_capped_to_its_tail(tmp_path):
+    script = "import sys; sys.stdout.write('x' * 1_000_000); sys.stdout.write('THE END')"
+    run = run_tests([sys.executable, "-c", script], tmp_path, 30, output_cap=1000)
+    assert run.output_bytes == 1_000_007 and len(run.output) == 1000 and run.output.endswith("THE END")
+
+
+def test_timeout_kills_the_whole_process_group(tmp_path):
+    pid_file = tmp_path / "child.pid"
+    script = ("import subprocess, sys, time; "
+              "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
+              f"open({str(pid_file)!r}, 'w').write(str(p.pid)); time.sleep(60)")
+    started = time.monotonic()
+    run = run_tests([sys.executable, "-c", script], tmp_path, 2)
+    assert run.timed_out and run.returncode is None and time.monotonic() - started < 10
+    child = int(pid_file.read_text())
+    for _ in range(50):  # the orphaned child is reaped by init shortly after the kill
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail(f"the test command's child {child} survived the timeout")
+
+
+def test_a_child_that_leaves_the_group_does_not_hang_the_run(tmp_path):
+    pid_file = tmp_path / "daemon.pid"
+    script = ("import subprocess, sys; "
+              "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'], start_new_session=True); "
+              f"open({str(pid_file)!r}, 'w').write(str(p.pid)); print('started')")
+    started = time.monotonic()
+    try:
+        run = run_tests([sys.executable, "-c", script], tmp_path, 30)
+        assert run.passed and run.output.strip() == "started" and time.monotonic() - started < 20
+    finally:
+        os.kill(int(pid_file.read_text()), 9)
+
+
+def test_classify_and_node_ids():
+    assert classify({"a": False, "b": True, "c": True}, {"a": True, "b": False}) == (["a"], ["b", "c"])
+    assert nodeid_key("tests/test_a.py::TestX::test_y[1-2]") == "tests.test_a.TestX::test_y[1-2]"
+    assert nodeid_key("tests/test_a.py::test_z") == "tests.test_a::test_z"
+
+
+# ---- tide evaluate --verify-repo ----
+
+def instance_record(repo: Path) -> dict:
+    files = python_files(repo)
+    candidates = [{"id": a.id, **a.payload} for a in parse_candidates(repo, [f for f in files if f.startswith("calc/")])]
+    return {
+        "instance_id": "calc-1", "repo": "example/calc", "split": "test",
+        "anchor_commit": run_git(repo, "rev-parse", "HEAD").strip(), "candidates": candidates,
+        "problems": [
+            {"problem_id": "calc-mean", "description": "mean divides by n - 1", "evidence": ["calc/ops.py::mean"],
+             "patch": MEAN_FIX, "fail_to_pass": ["tests/test_ops.py::test_mean"],
+             "pass_to_pass": ["tests/test_ops.py::test_clamp"], "test_patch": None},
+            {"problem_id": "calc-shout", "description": "shout lower-cases", "evidence": ["calc/text.py::shout"],
+             "patch": SHOUT_FIX, "fail_to_pass": ["tests/test_text.py::test_shout"],
+             "pass_to_pass": ["tests/test_text.py::test_whisper"], "test_patch": SHOUT_TEST_PATCH},
+        ],
+    }
+
+
+def test_evaluate_reports_execution_based_resolution(repo, tmp_path, monkeypatch, capsys):
+    data = tmp_path / "calc.jsonl"
+    data.write_text(json.dumps(instance_record(repo)) + "\n")
+    before = (tree_digest(repo), porcelain(repo))
+    lm = DummyLM([{"findings": json.dumps([
+        finding("mean divides by n - 1", ["calc/ops.py::mean"], MEAN_FIX),
+        finding("shout lower-cases", ["calc/text.py::shout"], SHOUT_WRONG),
+    ])}, {"findings": "[]"}])
+    monkeypatch.setattr(optimize_cmd, "make_lm", lambda args: lm)
+    out = tmp_path / "eval"
+    rc = main(["evaluate", "--setting", "repository", "--data", str(data), "--method", "iter", "--per-round", "2",
+               "--rounds", "2", "--judge", "proxy", "--no-track", "--out", str(out), "--verify-repo", str(repo),
+               "--verify-command", PYTEST, "--verify-timeout", "30"])
+    assert rc == 0
+    printed = capsys.readouterr().out
+    assert "execution-based resolution: 1/2 gold problems resolved by tests (50.00%) over 1 instance(s); " \
+           "judge (proxy-lexical) resolution coverage: " in printed
+    assert (tree_digest(repo), porcelain(repo)) == before  # the clone is only read
+
+    row = json.loads((out / "results.jsonl").read_text().splitlines()[0])
+    runs = {r["problem_id"]: r for r in row["execution"]["runs"]}
+    assert runs["calc-mean"]["status"] == "resolved" and runs["calc-mean"]["finding"] == 0
+    assert runs["calc-shout"]["status"] == "unresolved"
+    assert runs["calc-shout"]["failing"] == ["tests/test_text.py::test_shout"]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["execution"] == {"resolved": 1, "problems": 2, "rate": 0.5, "instances": 1}
+
+
+def test_evaluate_verify_repo_needs_the_repository_setting_a_clone_and_pytest(repo, tmp_path, capsys):
+    rc = main(["evaluate", "--setting", "workspace", "--data", str(tmp_path), "--method", "iter",
+               "--verify-repo", str(tmp_path)])
+    assert rc == 2 and "does not apply to the workspace setting" in capsys.readouterr().err
+    rc = main(["evaluate", "--setting", "repository", "--data", str(tmp_path), "--method", "iter",
+               "--verify-repo", str(tmp_path / "nope")])
+    assert rc == 2 and "not a git repository" in capsys.readouterr().err
+    rc = main(["evaluate", "--setting", "repository", "--data", str(tmp_path), "--method", "iter",
+               "--verify-repo", str(repo), "--verify-command", "make test"])
+    assert rc == 2 and "the command must run pytest" in capsys.readouterr().err

@@ -1,0 +1,92 @@
+"""List and read the files of a folder the user named, which may be a stranger's.
+
+A symlink is followed only when its target stays inside the folder; only regular files are read (a FIFO would
+block, a device never ends); a file larger than the cap is skipped before it is read. Every file left out for one
+of these reasons is listed with the reason, so a report can say what it did not read.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+MAX_FILE_BYTES = 20_000_000  # per file, for source files and workspace files alike
+FILE_KINDS = {stat.S_IFIFO: "a FIFO (named pipe)", stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device",
+              stat.S_IFSOCK: "a socket", stat.S_IFDIR: "a folder"}
+
+
+class UnsafeFileError(ValueError):
+    """A file that must not be read: outside the root, not a regular file, or over the size cap."""
+
+
+@dataclass
+class FileScan:
+    files: list[str] = field(default_factory=list)  # relative posix paths, safe to read
+    skipped: list[dict[str, str]] = field(default_factory=list)  # {path, reason}
+
+
+def _inside(path: Path, root: Path) -> bool:
+    return path == root or path.is_relative_to(root)
+
+
+def unsafe_reason(root: Path, path: Path, max_bytes: int) -> str | None:
+    """Why `path` (under `root`) must not be read, or None when it is a regular file inside root within the cap."""
+    if path.is_symlink():
+        target = path.resolve()
+        if not _inside(target, root.resolve()):
+            return f"a symlink to {target}, outside the folder: not followed"
+        if not target.exists():
+            return "a broken symlink"
+    try:
+        info = path.stat()
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror or exc})"
+    if not stat.S_ISREG(info.st_mode):
+        return f"{FILE_KINDS.get(stat.S_IFMT(info.st_mode), 'not a regular file')}, not a regular file: not read"
+    if info.st_size > max_bytes:
+        return f"{info.st_size} bytes, over the {max_bytes}-byte cap per file: not read"
+    return None
+
+
+def scan_files(root: str | Path, wanted: Callable[[str], bool], skip_dir: Callable[[Path], bool]) -> FileScan:
+    """Files under root whose name is `wanted`, in sorted order, minus the unsafe ones (listed in `skipped`).
+
+    Folders for which `skip_dir` is true are not entered; symlinked folders are never entered (os.walk does not
+    follow them), and one that points outside root is listed."""
+    root = Path(root)
+    scan = FileScan()
+    for dirpath, dirnames, filenames in os.walk(root):
+        here = Path(dirpath)
+        for d in sorted(dirnames):
+            if (here / d).is_symlink() and not skip_dir(here / d):
+                reason = unsafe_reason(root, here / d, MAX_FILE_BYTES)
+                if reason and "outside" in reason:
+                    scan.skipped.append({"path": (here / d).relative_to(root).as_posix(), "reason": reason})
+        dirnames[:] = sorted(d for d in dirnames if not skip_dir(here / d) and not (here / d).is_symlink())
+        for name in sorted(f for f in filenames if wanted(f)):
+            rel = (here / name).relative_to(root).as_posix()
+            reason = unsafe_reason(root, here / name, MAX_FILE_BYTES)
+            if reason is None:
+                scan.files.append(rel)
+            else:
+                scan.skipped.append({"path": rel, "reason": reason})
+    return scan
+
+
+def read_capped(path: str | Path, max_bytes: int | None = None) -> bytes:
+    """The bytes of a regular file of at most `max_bytes` (default MAX_FILE_BYTES); anything else raises
+    UnsafeFileError without blocking (the file is opened non-blocking and checked after opening)."""
+    limit = MAX_FILE_BYTES if max_bytes is None else max_bytes
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    with os.fdopen(fd, "rb") as f:
+        info = os.fstat(f.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise UnsafeFileError(f"{FILE_KINDS.get(stat.S_IFMT(info.st_mode), 'not a regular file')}, "
+                                  "not a regular file: not read")
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise UnsafeFileError(f"over the {limit}-byte cap per file: not read")
+    return data
