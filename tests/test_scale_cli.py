@@ -29,3 +29,21 @@ def test_tune_trials_record_the_worker_that_ran_them(tmp_path):
     study = tune("workspace", library, train[:1], lm=RoutedLM(train), n_trials=2, workers=2,
                  storage=f"sqlite:///{tmp_path / 'optuna.db'}", study_name="w")
     assert [t.user_attrs["worker"] for t in study.trials] == [f"{socket.gethostname()}:{os.getpid()}"] * 2
+
+
+def test_a_run_lands_in_its_experiment_when_another_process_created_it_first(tmp_path, monkeypatch):
+    import mlflow
+    from mlflow import MlflowClient
+
+    from tide_dspy.tracking import tracked_run
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    created = MlflowClient(uri).create_experiment("tide-dspy")  # the other worker won the race
+
+    def lost_the_race(name):  # what MLflow's set_experiment returns then: the experiment, not made active
+        return MlflowClient(uri).get_experiment_by_name(name)
+
+    monkeypatch.setattr(mlflow, "set_experiment", lost_the_race)
+    with tracked_run("tune", setting="workspace", backbone="b", uri=uri) as run:
+        pass
+    assert run.info.experiment_id == created

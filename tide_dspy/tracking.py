@@ -117,8 +117,10 @@ def tracked_run(command: str, *, setting: str, backbone: str, params: dict | Non
     import mlflow
 
     configure_tracking(uri)
-    mlflow.set_experiment(experiment)
-    with mlflow.start_run(run_name=f"{command}-{setting}-{backbone}") as run:
+    # The run names its experiment: when two processes create it at once, the loser's set_experiment returns it
+    # without making it active (MLflow 3.x), and a bare start_run would land in "Default".
+    experiment_id = mlflow.set_experiment(experiment).experiment_id
+    with mlflow.start_run(run_name=f"{command}-{setting}-{backbone}", experiment_id=experiment_id) as run:
         mlflow.set_tags({"tide.command": command, "tide.setting": setting, "tide.backbone": backbone})
         log_params({"command": command, "setting": setting, "backbone": backbone, "git_sha": git_sha(),
                     **(params or {})})

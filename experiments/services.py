@@ -1,4 +1,4 @@
-"""Throwaway PostgreSQL clusters and MLflow tracking servers on 127.0.0.1, started and stopped by tests.
+"""Throwaway PostgreSQL clusters and MLflow tracking servers on 127.0.0.1, started and stopped by experiments and tests.
 
 PostgreSQL comes from the Debian package (`apt-get install postgresql`): initdb and pg_ctl refuse to run as root,
 so as root the cluster is made and run as the `postgres` user (runuser), in a temporary folder it owns.
