@@ -16,6 +16,7 @@ from dspy.utils.exceptions import AdapterParseError
 from rapidfuzz import fuzz
 
 from tide_dspy.backbones.usage import entries_since, usage_mark, usage_tokens
+from tide_dspy.scan import Ranking, Scanner, ScanRecord, rank
 from tide_dspy.schemas import Finding, Instance, RoundRecord, Template
 from tide_dspy.settings import NO_GUIDANCE, ContextView, Hygiene, Setting, get_setting, render_templates
 
@@ -79,6 +80,8 @@ class DiscoveryProgram(dspy.Module):
         dedup_threshold: float = 80.0,
         max_evidence: int | None = None,
         context_order_seed: int | None = None,
+        scan: bool = False,
+        focus_size: int = 8,
     ):
         super().__init__()
         if guidance not in GUIDANCE_KINDS:
@@ -99,7 +102,10 @@ class DiscoveryProgram(dspy.Module):
         self.dedup_threshold = dedup_threshold
         self.max_evidence = max_evidence or get_setting(setting).max_evidence
         self.context_order_seed = context_order_seed
+        self.focus_size = focus_size
         self.discover = dspy.Predict(get_setting(setting).round_signature)
+        # scan=True: rate every artifact first; each round reads the `focus_size` most suspect unfound ones in full.
+        self.scanner = Scanner(setting) if scan else None
 
     def __call__(self, *args, **kwargs):
         # dspy.Evaluate and the optimizers call program(**example.inputs()), i.e. program(instance=...), but
@@ -128,6 +134,8 @@ class DiscoveryProgram(dspy.Module):
             dedup_threshold=self.dedup_threshold,
             max_evidence=self.max_evidence,
             context_order_seed=self.context_order_seed,
+            scan=self.scanner is not None,
+            focus_size=self.focus_size,
             templates=[t.model_dump() for t in self.templates],
             demos=self.demos,
         )
@@ -158,15 +166,28 @@ class DiscoveryProgram(dspy.Module):
         """The artifacts in the order this program shows them, with their handles."""
         return ContextView.of(instance, self.context_order_seed)
 
+    def ranking(self, instance: Instance) -> tuple[Ranking | None, ScanRecord | None]:
+        """The scan's ranking of the instance's artifacts (None, None without scan)."""
+        if self.scanner is None:
+            return None, None
+        record = self.scanner(instance, self.view(instance), self.guidance_text())
+        ranking = rank(record.suspects, f"{self.context_order_seed}:{instance.instance_id}")
+        record.ranked = list(ranking.ids)
+        return ranking, record
+
+    def focus(self, ranking: Ranking | None, found) -> list[str] | None:
+        return ranking.focus(list(found), self.focus_size) if ranking is not None else None
+
     def call_round(self, instance: Instance, view: ContextView, found: list[Finding], max_new: int,
-                   rollout: int | None = None, temperature: float | None = None) -> CallOutcome:
+                   rollout: int | None = None, temperature: float | None = None,
+                   focus: list[str] | None = None) -> CallOutcome:
         """One predictor call with a bounded retry on unparseable output.
 
         The call's signature is the predictor's own (instructions and demos as compiled) with its findings grounded
         in this instance (settings.Setting.grounded_signature). Unparseable output is retried; any other failure
         (context window, auth, provider) is recorded without a retry and marks the outcome `aborted`. Never raises
         for what the LM does."""
-        inputs = self.setting.round_inputs(instance, view, self.guidance_text(), found, max_new)
+        inputs = self.setting.round_inputs(instance, view, self.guidance_text(), found, max_new, focus)
         signature = self.setting.grounded_signature(self.discover.signature, instance, view, max_new, self.max_evidence)
         out = CallOutcome()
         lm = self.discover.lm or dspy.settings.lm
@@ -209,10 +230,11 @@ class DiscoveryProgram(dspy.Module):
         return out
 
     def run_round(self, instance: Instance, state: DiscoveryState, round_no: int, max_new: int,
-                  rollout: int | None = None, temperature: float | None = None) -> tuple[DiscoveryState, RoundRecord]:
+                  rollout: int | None = None, temperature: float | None = None,
+                  focus: list[str] | None = None) -> tuple[DiscoveryState, RoundRecord]:
         t0 = time.perf_counter()
         view = self.view(instance)
-        out = self.call_round(instance, view, list(state.findings), max_new, rollout, temperature)
+        out = self.call_round(instance, view, list(state.findings), max_new, rollout, temperature, focus)
         cleaned = [self.setting.clean(d, instance, round_no, view) for d in out.drafts]
         findings, hygiene = [f for f, _ in cleaned], [h for _, h in cleaned]
         dropped = [i for h in hygiene for i in h.dropped_ids]
@@ -236,18 +258,20 @@ class TIDE(DiscoveryProgram):
     """
 
     def forward(self, instance: Instance, on_round=None) -> dspy.Prediction:
+        ranking, scan = self.ranking(instance)
         state, rounds = DiscoveryState(), []
         for t in range(1, self.max_rounds + 1):
             # After a failed round the state is unchanged, so the plain call would resend the failed prompt and
             # replay its cached answer: the next round is a fresh rollout instead.
             fresh = bool(rounds) and rounds[-1].failed
-            state, record = self.run_round(instance, state, t, self.per_round, rollout=t if fresh else None)
+            state, record = self.run_round(instance, state, t, self.per_round, rollout=t if fresh else None,
+                                           focus=self.focus(ranking, state.findings))
             rounds.append(record)
             if on_round:
                 on_round(record)
             if record.aborted or (record.new == 0 and not record.failed):
                 break
-        return dspy.Prediction(findings=list(state.findings), rounds=rounds)
+        return dspy.Prediction(findings=list(state.findings), rounds=rounds, scan=scan)
 
 
 class SingleAgent(DiscoveryProgram):
@@ -259,10 +283,11 @@ class SingleAgent(DiscoveryProgram):
         super().__init__(setting, **kwargs)
 
     def forward(self, instance: Instance, on_round=None) -> dspy.Prediction:
-        state, record = self.run_round(instance, DiscoveryState(), 1, self.per_round)
+        ranking, scan = self.ranking(instance)
+        state, record = self.run_round(instance, DiscoveryState(), 1, self.per_round, focus=self.focus(ranking, []))
         if on_round:
             on_round(record)
-        return dspy.Prediction(findings=list(state.findings), rounds=[record])
+        return dspy.Prediction(findings=list(state.findings), rounds=[record], scan=scan)
 
 
 class MultiAgent(DiscoveryProgram):
@@ -279,18 +304,19 @@ class MultiAgent(DiscoveryProgram):
         return {**super().config(), "temperature": self.temperature}
 
     def forward(self, instance: Instance, on_round=None) -> dspy.Prediction:
+        ranking, scan = self.ranking(instance)
         pooled, rounds = DiscoveryState(), []
         for t in range(1, self.max_rounds + 1):
             # Every call starts from the empty state; only the pooling sees earlier calls.
             call_state, record = self.run_round(instance, DiscoveryState(), t, self.per_round, rollout=t,
-                                                temperature=self.temperature)
+                                                temperature=self.temperature, focus=self.focus(ranking, []))
             pooled, record.new, record.rediscovered = pooled.extend(list(call_state.findings), self.dedup_threshold)
             rounds.append(record)
             if on_round:
                 on_round(record)
             if record.aborted:
                 break
-        return dspy.Prediction(findings=list(pooled.findings), rounds=rounds)
+        return dspy.Prediction(findings=list(pooled.findings), rounds=rounds, scan=scan)
 
 
 class ChanceBaseline(DiscoveryProgram):

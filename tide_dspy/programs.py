@@ -41,10 +41,11 @@ MODEL_URI_SCHEMES = ("models:/", "runs:/")
 CONFIG_BOUNDS: dict[str, tuple[float, float]] = {
     "max_rounds": (1, 100), "per_round": (1, 100), "max_retries": (0, 10), "dedup_threshold": (0, 100),
     "temperature": (0, 2), "max_evidence": (1, 50), "n_findings": (1, 1000), "evidence_size": (1, 50),
+    "focus_size": (1, 200),
 }
 # Seeds: any integer, or null for none.
 SEED_KEYS = ("context_order_seed", "seed")
-CONFIG_KEYS = frozenset({"kind", "setting", "guidance", "templates", "demos", *CONFIG_BOUNDS, *SEED_KEYS})
+CONFIG_KEYS = frozenset({"kind", "setting", "guidance", "templates", "demos", "scan", *CONFIG_BOUNDS, *SEED_KEYS})
 STATE_KEYS = frozenset({"metadata", "tide_config", "tide_extra"})
 
 
