@@ -107,17 +107,6 @@ class DiscoveryProgram(dspy.Module):
         # scan=True: rate every artifact first; each round reads the `focus_size` most suspect unfound ones in full.
         self.scanner = Scanner(setting) if scan else None
 
-    def __call__(self, *args, **kwargs):
-        # dspy.Evaluate and the optimizers call program(**example.inputs()), i.e. program(instance=...), but
-        # dspy's callback wrapper of Module.__call__ names its own first parameter `instance`.
-        if not args and "instance" in kwargs:
-            if "forward" in self.__dict__:
-                # An optimizer replaced forward with a keyword-only wrapper (GEPA's bootstrap_trace_data):
-                # call it as given, past the callback wrapper that would clash on `instance`.
-                return dspy.Module.__call__.__wrapped__(self, **kwargs)
-            args = (kwargs.pop("instance"),)
-        return super().__call__(*args, **kwargs)
-
     @property
     def setting(self) -> Setting:
         return get_setting(self.setting_name)
@@ -257,14 +246,14 @@ class TIDE(DiscoveryProgram):
     guidance="templates" is TIDE; "none" is the Iter-only ablation; "demos" is Iter + Demos.
     """
 
-    def forward(self, instance: Instance, on_round=None) -> dspy.Prediction:
-        ranking, scan = self.ranking(instance)
+    def forward(self, case: Instance, on_round=None) -> dspy.Prediction:
+        ranking, scan = self.ranking(case)
         state, rounds = DiscoveryState(), []
         for t in range(1, self.max_rounds + 1):
             # After a failed round the state is unchanged, so the plain call would resend the failed prompt and
             # replay its cached answer: the next round is a fresh rollout instead.
             fresh = bool(rounds) and rounds[-1].failed
-            state, record = self.run_round(instance, state, t, self.per_round, rollout=t if fresh else None,
+            state, record = self.run_round(case, state, t, self.per_round, rollout=t if fresh else None,
                                            focus=self.focus(ranking, state.findings))
             rounds.append(record)
             if on_round:
@@ -282,9 +271,9 @@ class SingleAgent(DiscoveryProgram):
         kwargs.setdefault("per_round", max_findings)
         super().__init__(setting, **kwargs)
 
-    def forward(self, instance: Instance, on_round=None) -> dspy.Prediction:
-        ranking, scan = self.ranking(instance)
-        state, record = self.run_round(instance, DiscoveryState(), 1, self.per_round, focus=self.focus(ranking, []))
+    def forward(self, case: Instance, on_round=None) -> dspy.Prediction:
+        ranking, scan = self.ranking(case)
+        state, record = self.run_round(case, DiscoveryState(), 1, self.per_round, focus=self.focus(ranking, []))
         if on_round:
             on_round(record)
         return dspy.Prediction(findings=list(state.findings), rounds=[record], scan=scan)
@@ -303,12 +292,12 @@ class MultiAgent(DiscoveryProgram):
     def config(self) -> dict:
         return {**super().config(), "temperature": self.temperature}
 
-    def forward(self, instance: Instance, on_round=None) -> dspy.Prediction:
-        ranking, scan = self.ranking(instance)
+    def forward(self, case: Instance, on_round=None) -> dspy.Prediction:
+        ranking, scan = self.ranking(case)
         pooled, rounds = DiscoveryState(), []
         for t in range(1, self.max_rounds + 1):
             # Every call starts from the empty state; only the pooling sees earlier calls.
-            call_state, record = self.run_round(instance, DiscoveryState(), t, self.per_round, rollout=t,
+            call_state, record = self.run_round(case, DiscoveryState(), t, self.per_round, rollout=t,
                                                 temperature=self.temperature, focus=self.focus(ranking, []))
             pooled, record.new, record.rediscovered = pooled.extend(list(call_state.findings), self.dedup_threshold)
             rounds.append(record)
@@ -339,13 +328,13 @@ class ChanceBaseline(DiscoveryProgram):
     def picks(self, instance: Instance, view: ContextView) -> list[list[str]]:
         raise NotImplementedError
 
-    def forward(self, instance: Instance, on_round=None) -> dspy.Prediction:
-        view = self.view(instance)
-        action = next(iter(instance.actions), None)
+    def forward(self, case: Instance, on_round=None) -> dspy.Prediction:
+        view = self.view(case)
+        action = next(iter(case.actions), None)
         findings = [
             Finding(description=f"{type(self).__name__} pick {i + 1}", evidence=ids, round=i // self.per_round + 1,
                     **({"action": {"action_id": action.id, "type": action.type}} if action else {}))
-            for i, ids in enumerate(self.picks(instance, view)[: self.n_findings])
+            for i, ids in enumerate(self.picks(case, view)[: self.n_findings])
         ]
         rounds = []
         for t in range(1, max((f.round for f in findings), default=0) + 1):

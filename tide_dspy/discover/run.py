@@ -122,7 +122,7 @@ def discover_in_windows(program: DiscoveryProgram, instance: Instance, parts: li
             progress(progress_line(w, len(parts), record))
 
         with dspy.context(lm=lm):
-            prediction = program(instance=window_instance, on_round=on_round)
+            prediction = program(case=window_instance, on_round=on_round)
         state, _, _ = state.extend(list(prediction.findings), program.dedup_threshold)
     return list(state.findings), rounds
 
