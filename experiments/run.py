@@ -30,6 +30,7 @@ from tide_dspy.evaluation import data_path, evaluate, read_rows, select_instance
 from tide_dspy.metrics import InstanceScore, aggregate, make_judge
 from tide_dspy.programs import build_program, program_dir
 from tide_dspy.schemas import SETTING_NAMES
+from tide_dspy.settings import get_setting
 from tide_dspy.templates import TemplateLibrary, solved_demos
 from tide_dspy.tracking import tracked_run
 
@@ -37,7 +38,6 @@ sys.path.insert(0, str(Path(__file__).parent))
 import plots  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-PAPER_ROUNDS = {"workspace": (10, 1), "repository": (3, 3)}
 # The chance floors every table and curve shows beside the methods (no LM call; see tide_dspy.discovery).
 FLOORS = ("random", "first-listed")
 
@@ -66,12 +66,13 @@ def template_library(args, source_backbone: str | None = None) -> TemplateLibrar
 
 def raw_name(method: str, rounds: int, args) -> str:
     """Runs with the default T share one raw folder, so table1, steps, budget and rounds reuse each other's calls."""
-    default = args.rounds or PAPER_ROUNDS[args.setting][0]
+    default = args.rounds or get_setting(args.setting).rounds
     return method if rounds == default else f"{method}-T{rounds}"
 
 
 def make_program(method: str, args, templates: TemplateLibrary | None = None, rounds: int | None = None):
-    T, k = rounds or args.rounds or PAPER_ROUNDS[args.setting][0], args.per_round or PAPER_ROUNDS[args.setting][1]
+    shape = get_setting(args.setting)
+    T, k = rounds or args.rounds or shape.rounds, args.per_round or shape.per_round
     shown = dict(context_order_seed=args.shuffle_context, max_evidence=args.max_evidence)
     if method in ("tide", "iter"):
         return build_program(method, args.setting, templates=templates.templates if templates else None,
@@ -231,7 +232,7 @@ def budget(args, instances, out, lm, judge) -> dict:
 
 def rounds(args, instances, out, lm, judge) -> dict:
     templates = template_library(args)
-    T = args.rounds or PAPER_ROUNDS[args.setting][0]
+    T = args.rounds or get_setting(args.setting).rounds
     plan = {m: make_program(m, args, templates) for m in (*FLOORS, "tide", "iter")}
     raw = run_raw(args, plan, instances, out, lm, judge)
     by_id = {i.instance_id: i for i in instances}

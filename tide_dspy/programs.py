@@ -16,6 +16,7 @@ from tide_dspy.backbones.registry import scrub_secrets
 from tide_dspy.data.records import describe_record_error, read_json_file
 from tide_dspy.discovery import TIDE, DiscoveryProgram, FirstListed, MultiAgent, RandomBaseline, SingleAgent
 from tide_dspy.schemas import Template
+from tide_dspy.settings import get_setting
 
 # method -> (class, fixed config). The paper's ablations are TIDE with other guidance.
 METHODS: dict[str, tuple[type[DiscoveryProgram], dict]] = {
@@ -29,11 +30,6 @@ METHODS: dict[str, tuple[type[DiscoveryProgram], dict]] = {
     "first-listed": (FirstListed, {"guidance": "none"}),
 }
 
-# The paper's loop shapes: workspace T=10 rounds of one finding, repository T=3 rounds of several.
-SETTING_DEFAULTS = {
-    "workspace": {"max_rounds": 10, "per_round": 1},
-    "repository": {"max_rounds": 3, "per_round": 3},
-}
 
 MODEL_URI_SCHEMES = ("models:/", "runs:/")
 
@@ -76,7 +72,9 @@ def build_program(method: str, setting: str, templates=None, demos: list[str] | 
         raise ValueError("method 'tide' needs a template library: pass templates=... (make one with `tide distill`)")
     if method == "iter-demos" and not demos:
         raise ValueError("method 'iter-demos' needs demos=[...] (see tide_dspy.templates.solved_demos)")
-    kwargs = {**SETTING_DEFAULTS.get(setting, {}), **{k: v for k, v in config.items() if v is not None}, **fixed}
+    shape = get_setting(setting)
+    kwargs = {"max_rounds": shape.rounds, "per_round": shape.per_round,
+              **{k: v for k, v in config.items() if v is not None}, **fixed}
     if cls is SingleAgent:
         kwargs.pop("max_rounds", None)
         kwargs["per_round"] = kwargs.pop("max_findings", 10)

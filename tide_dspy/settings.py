@@ -149,6 +149,14 @@ class Setting:
     # and the evidence size of the chance baselines.
     max_evidence: ClassVar[int]
     typical_evidence: ClassVar[int]
+    # The paper's loop shape (T rounds of k findings) and the ranges `tide tune` searches around it.
+    rounds: ClassVar[int]
+    per_round: ClassVar[int]
+    tuning_ranges: ClassVar[dict[str, tuple[int, int]]]
+
+    def static_text(self, instance: Instance) -> str:
+        """What every round repeats besides the context and the templates (for sizing context windows)."""
+        return ""
 
     @staticmethod
     def render_artifact(artifact: Artifact, handle: str | None = None) -> str:
@@ -282,6 +290,11 @@ class WorkspaceSetting(Setting):
     draft_type = WorkspaceFindingDraft
     max_evidence = 4
     typical_evidence = 3
+    rounds, per_round = 10, 1
+    tuning_ranges = {"max_rounds": (1, 10), "per_round": (1, 3)}
+
+    def static_text(self, instance: Instance) -> str:
+        return self.render_profile(instance) + self.render_actions(instance)
 
     @staticmethod
     def render_artifact(a, handle: str | None = None) -> str:
@@ -383,6 +396,8 @@ class RepositorySetting(Setting):
     draft_type = CodeFindingDraft
     max_evidence = 2
     typical_evidence = 2
+    rounds, per_round = 3, 3
+    tuning_ranges = {"max_rounds": (1, 5), "per_round": (1, 5)}
 
     @staticmethod
     def render_artifact(a, handle: str | None = None) -> str:
