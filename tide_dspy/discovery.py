@@ -123,10 +123,11 @@ class DiscoveryProgram(dspy.Module):
             dedup_threshold=self.dedup_threshold,
             max_evidence=self.max_evidence,
             context_order_seed=self.context_order_seed,
-            scan=self.scanner is not None,
-            focus_size=self.focus_size,
             templates=[t.model_dump() for t in self.templates],
             demos=self.demos,
+            # Only a scanning program records its scan settings, so the configs (and the resume checks) of
+            # programs without a scan read as they did before the scan existed.
+            **({"scan": True, "focus_size": self.focus_size} if self.scanner is not None else {}),
         )
 
     @classmethod
