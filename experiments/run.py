@@ -168,7 +168,10 @@ def table1(args, instances, out, lm, judge, stem: str = "table1") -> dict:
                 rec[f"{c}_{kind}_std"] = None if sd is None else round(100 * sd, 2)
         records.append(rec)
     write_csv(out / f"{stem}.csv", records)
-    write_csv(out / f"{stem}_hygiene.csv", [{"method": m, **analysis.output_hygiene(raw[m])} for m in methods])
+    by_id = {i.instance_id: i for i in instances}
+    write_csv(out / f"{stem}_hygiene.csv", [
+        {"method": m, **analysis.output_hygiene(raw[m]),
+         "cited_position": analysis.cited_position(raw[m], by_id, args.shuffle_context)} for m in methods])
 
     lines = [f"| method | {' | '.join(f'{c} cov / F1' for c in analysis.COMPONENTS)} |", "|---|---|---|---|"]
     for rec in records:

@@ -63,3 +63,12 @@ def repository_instance():
             if best is None or head["num_candidates"] < best[0]:
                 best = (head["num_candidates"], line)
     return instance_from_record(json.loads(best[1]))
+
+
+@pytest.fixture(scope="session")
+def repository_fixture_instance():
+    """The tiny repository instance under tests/fixtures/instances (no shared data needed)."""
+    from tide_dspy.data import load_instances
+
+    return load_instances(Path(__file__).parent / "fixtures" / "instances" / "repository.jsonl",
+                          setting="repository")[0]
