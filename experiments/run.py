@@ -74,6 +74,8 @@ def make_program(method: str, args, templates: TemplateLibrary | None = None, ro
     shape = get_setting(args.setting)
     T, k = rounds or args.rounds or shape.rounds, args.per_round or shape.per_round
     shown = dict(context_order_seed=args.shuffle_context, max_evidence=args.max_evidence)
+    if args.scan and method not in FLOORS:
+        shown.update(scan=True, focus_size=args.focus_size)
     if method in ("tide", "iter"):
         return build_program(method, args.setting, templates=templates.templates if templates else None,
                              max_rounds=T, per_round=k, **shown)
@@ -171,7 +173,8 @@ def table1(args, instances, out, lm, judge, stem: str = "table1") -> dict:
     by_id = {i.instance_id: i for i in instances}
     write_csv(out / f"{stem}_hygiene.csv", [
         {"method": m, **analysis.output_hygiene(raw[m]),
-         "cited_position": analysis.cited_position(raw[m], by_id, args.shuffle_context)} for m in methods])
+         "cited_position": analysis.cited_position(raw[m], by_id, args.shuffle_context),
+         "scan_recall_at_focus": analysis.scan_recall(raw[m])} for m in methods])
 
     lines = [f"| method | {' | '.join(f'{c} cov / F1' for c in analysis.COMPONENTS)} |", "|---|---|---|---|"]
     for rec in records:
@@ -337,6 +340,10 @@ def main(argv=None) -> int:
     parser.add_argument("--shuffle-context", type=int, default=None, metavar="SEED",
                         help="show artifacts in a seeded shuffled order (results go to a -shuffled<SEED> folder)")
     parser.add_argument("--max-evidence", type=int, default=None, help="the most artifacts a finding may cite")
+    parser.add_argument("--scan", action="store_true",
+                        help="LM methods scan every artifact first and read the most suspect in full (results go to "
+                             "a -scan folder)")
+    parser.add_argument("--focus-size", type=int, default=8, help="with --scan: artifacts each round reads in full")
     parser.add_argument("--demos", type=int, default=5, help="solved examples for Iter + Demos")
     parser.add_argument("--budgets", type=int, nargs="*", default=list(range(2, 11)))
     parser.add_argument("--pool-sizes", type=int, nargs="*", default=[0, 5, 10, 20, 40, 108])
@@ -348,8 +355,9 @@ def main(argv=None) -> int:
     args.backbones = args.backbones or [args.backbone]
     args.template_sources = args.template_sources or args.backbones
 
-    shuffled = f"-shuffled{args.shuffle_context}" if args.shuffle_context is not None else ""
-    out = Path(args.out or ROOT / "experiments" / "results" / f"{args.setting}-{args.backbone}{shuffled}")
+    variant = (f"-shuffled{args.shuffle_context}" if args.shuffle_context is not None else "") + (
+        "-scan" if args.scan else "")
+    out = Path(args.out or ROOT / "experiments" / "results" / f"{args.setting}-{args.backbone}{variant}")
     out.mkdir(parents=True, exist_ok=True)
     instances = chosen_instances(args)
     print(f"{len(instances)} instances: {', '.join(i.instance_id for i in instances)}", flush=True)

@@ -78,3 +78,9 @@ def test_cited_position_is_0_for_first_listed_and_about_half_for_random(reposito
                                                     context_order_seed=3)), by_id, 3) == 0.0
     spread = analysis.cited_position(rows(RandomBaseline("repository", n_findings=30, evidence_size=2)), by_id)
     assert 0.3 < spread < 0.7
+
+
+def test_scan_recall_averages_the_rows_that_scanned():
+    rows = [{"scan": {"recall_at_focus": 0.5}}, {"scan": {"recall_at_focus": 1.0}}, {"findings": []}]
+    assert analysis.scan_recall(rows) == 0.75
+    assert analysis.scan_recall([{"findings": []}]) is None

@@ -116,6 +116,12 @@ def cited_position(rows: list[dict], instances: dict[str, Instance], order_seed:
     return round(mean(positions), 3) if positions else None
 
 
+def scan_recall(rows: list[dict]) -> float | None:
+    """Mean share of gold evidence among the artifacts a scan put in focus (None for runs without a scan)."""
+    values = [r["scan"]["recall_at_focus"] for r in rows if (r.get("scan") or {}).get("recall_at_focus") is not None]
+    return round(mean(values), 3) if values else None
+
+
 def coverage_by_gold_count(rows: list[dict], instances: dict[str, Instance]) -> dict[int, float]:
     groups: dict[int, list[float]] = defaultdict(list)
     for c in per_instance_counts(rows, instances):
