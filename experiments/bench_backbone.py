@@ -10,7 +10,10 @@ Prints and saves (experiments/results/bench_backbone/<backbone>-<date>.{json,txt
      - JSONAdapter with the signature's JSON schema compiled to a llama.cpp grammar (constrained);
      per round: prompt tokens, tokens reused from the previous call's KV cache, prompt-eval seconds, and
      round t's prompt-eval time over round 1's (the prefix-reuse ratio, target < 0.3);
-  3. the share of rounds whose first LM answer parsed, side by side.
+  3. the share of rounds whose first LM answer parsed, side by side;
+  4. generation tokens/s with no grammar, llama-cpp-python's full-vocabulary grammar sampler and the check-first
+     grammar (tide_dspy.backbones.grammar), side by side, on a small schema and on grounded round schemas
+     (`--grammar-only` runs just this part).
 The DSPy response cache is off so every call is real.
 """
 
@@ -90,7 +93,7 @@ def grammar_speed(backbone: str, lm_args: dict, text: str, schemas: dict[str, di
             fmt = None if label == "free" else {"type": "json_schema", "schema": schema}
             request = Request(model="bench", system="Answer in JSON.", messages=(Message.user(text),),
                               config=Config(max_tokens=gen_tokens, temperature=0.0, response_format=fmt))
-            engine.complete(request)  # warm: the prompt is evaluated once and reused by the timed call
+            # The engines share one Llama, so the prompt is evaluated once; generation time excludes prompt eval.
             response = engine.complete(request)
             c = engine.calls[-1]
             rates[label] = c.output_tokens / c.generation_seconds if c.generation_seconds else None
@@ -103,6 +106,50 @@ def grammar_speed(backbone: str, lm_args: dict, text: str, schemas: dict[str, di
             r["vs_free"] = round(r["gen_tok_s"] / free, 2) if free else None
         rows[-1]["same_text_as_full_vocabulary"] = texts["grammar (check first)"] == texts["grammar (full vocabulary)"]
     return rows
+
+
+def grounded_schemas(repository_instance) -> dict[str, dict]:
+    """The JSON schemas a TIDE round sends for the bench's repository instance and the fixture workspace."""
+    from dspy.adapters.json_adapter import _get_structured_outputs_response_format
+
+    from tide_dspy.data import load_instances
+    from tide_dspy.settings import ContextView
+
+    workspace = load_instances(ROOT / "tests" / "fixtures" / "instances" / "workspace.jsonl", setting="workspace")[0]
+    out = {}
+    for instance in (repository_instance, workspace):
+        s = get_setting(instance.setting)
+        signature = s.grounded_signature(s.round_signature, instance, ContextView.of(instance), 2)
+        out[f"grounded {instance.setting} round ({len(instance.artifacts)} artifacts)"] = \
+            _get_structured_outputs_response_format(signature).model_json_schema()
+    return out
+
+
+def grammar_main(args, instance, lm_args, started, t0, load_start, argv) -> int:
+    toy = {"type": "object", "properties": {"summary": {"type": "string"},
+                                            "functions": {"type": "array", "items": {"type": "string"}}},
+           "required": ["summary", "functions"]}
+    text = (get_setting("repository").render_context(instance)[:6000]
+            + "\n\nReport the two most likely bugs in this code as JSON.")
+    rows = grammar_speed(args.backbone, {**lm_args, "max_tokens": args.grammar_tokens}, text,
+                         {"small schema": toy, **grounded_schemas(instance)}, args.grammar_tokens)
+    lines = [f"{r['schema']:45} {r['mode']:26} {r['output_tokens']:4} tok in {r['gen_seconds']:6} s = "
+             f"{r['gen_tok_s']:5} tok/s, x{r['vs_free']} of free"
+             + (f", fallbacks {r['grammar_fallbacks']}" if r["grammar_fallbacks"] is not None else "")
+             + (f", same text as full vocabulary: {r['same_text_as_full_vocabulary']}"
+                if "same_text_as_full_vocabulary" in r else "") for r in rows]
+    wall = time.perf_counter() - t0
+    command = "python " + " ".join(shlex.quote(a) for a in [sys.argv[0], *(argv if argv is not None else sys.argv[1:])])
+    header = (f"command: {command}\ndate: {started.isoformat(timespec='seconds')}\nwall time: {wall:.0f} s\n"
+              f"backbone: {args.backbone}, {args.threads} threads, temperature 0; load average at start {load_start}, "
+              f"at end {os.getloadavg()[0]:.2f} (other processes share these CPUs)\n")
+    print(header + "\n" + "\n".join(lines))
+    args.out.mkdir(parents=True, exist_ok=True)
+    stem = args.out / f"grammar-{args.backbone}-{started.strftime('%Y%m%dT%H%M%SZ')}"
+    stem.with_suffix(".txt").write_text(header + "\n" + "\n".join(lines) + "\n")
+    stem.with_suffix(".json").write_text(json.dumps(dict(command=command, date=started.isoformat(), rows=rows), indent=1))
+    print(f"\nsaved {stem}.txt and .json")
+    return 0
 
 
 def run_mode(name: str, lm, adapter, instance, rounds: int, per_round: int, templates=None) -> dict:
@@ -192,6 +239,8 @@ def main(argv=None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--speed-prompt-tokens", type=int, default=2000)
     parser.add_argument("--out", type=Path, default=ROOT / "experiments" / "results" / "bench_backbone")
+    parser.add_argument("--grammar-only", action="store_true", help="only part 4, the grammar sampling speeds")
+    parser.add_argument("--grammar-tokens", type=int, default=96, help="tokens to write per grammar-speed call")
     args = parser.parse_args(argv)
 
     started = datetime.now(timezone.utc)
@@ -201,6 +250,8 @@ def main(argv=None) -> int:
     context = get_setting("repository").render_context(instance)
     lm_args = dict(num_threads=args.threads, max_tokens=args.max_tokens, temperature=args.temperature,
                    seed=args.seed, cache=False)
+    if args.grammar_only:
+        return grammar_main(args, instance, lm_args, started, t0, load_start, argv)
     lm = get_lm(args.backbone, **lm_args)
     if not hasattr(lm, "engine") or not hasattr(lm.engine, "calls"):
         raise SystemExit(f"{args.backbone} is not an embedded llama.cpp backbone; this bench measures local engines")

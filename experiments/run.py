@@ -30,6 +30,7 @@ from tide_dspy.evaluation import data_path, evaluate, read_rows, select_instance
 from tide_dspy.metrics import InstanceScore, aggregate, make_judge
 from tide_dspy.programs import build_program, program_dir
 from tide_dspy.schemas import SETTING_NAMES
+from tide_dspy.settings import get_setting
 from tide_dspy.templates import TemplateLibrary, solved_demos
 from tide_dspy.tracking import tracked_run
 
@@ -37,7 +38,6 @@ sys.path.insert(0, str(Path(__file__).parent))
 import plots  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-PAPER_ROUNDS = {"workspace": (10, 1), "repository": (3, 3)}
 # The chance floors every table and curve shows beside the methods (no LM call; see tide_dspy.discovery).
 FLOORS = ("random", "first-listed")
 
@@ -66,13 +66,16 @@ def template_library(args, source_backbone: str | None = None) -> TemplateLibrar
 
 def raw_name(method: str, rounds: int, args) -> str:
     """Runs with the default T share one raw folder, so table1, steps, budget and rounds reuse each other's calls."""
-    default = args.rounds or PAPER_ROUNDS[args.setting][0]
+    default = args.rounds or get_setting(args.setting).rounds
     return method if rounds == default else f"{method}-T{rounds}"
 
 
 def make_program(method: str, args, templates: TemplateLibrary | None = None, rounds: int | None = None):
-    T, k = rounds or args.rounds or PAPER_ROUNDS[args.setting][0], args.per_round or PAPER_ROUNDS[args.setting][1]
+    shape = get_setting(args.setting)
+    T, k = rounds or args.rounds or shape.rounds, args.per_round or shape.per_round
     shown = dict(context_order_seed=args.shuffle_context, max_evidence=args.max_evidence)
+    if args.scan and method not in FLOORS:
+        shown.update(scan=True, focus_size=args.focus_size)
     if method in ("tide", "iter"):
         return build_program(method, args.setting, templates=templates.templates if templates else None,
                              max_rounds=T, per_round=k, **shown)
@@ -167,7 +170,11 @@ def table1(args, instances, out, lm, judge, stem: str = "table1") -> dict:
                 rec[f"{c}_{kind}_std"] = None if sd is None else round(100 * sd, 2)
         records.append(rec)
     write_csv(out / f"{stem}.csv", records)
-    write_csv(out / f"{stem}_hygiene.csv", [{"method": m, **analysis.output_hygiene(raw[m])} for m in methods])
+    by_id = {i.instance_id: i for i in instances}
+    write_csv(out / f"{stem}_hygiene.csv", [
+        {"method": m, **analysis.output_hygiene(raw[m]),
+         "cited_position": analysis.cited_position(raw[m], by_id, args.shuffle_context),
+         "scan_recall_at_focus": analysis.scan_recall(raw[m])} for m in methods])
 
     lines = [f"| method | {' | '.join(f'{c} cov / F1' for c in analysis.COMPONENTS)} |", "|---|---|---|---|"]
     for rec in records:
@@ -231,7 +238,7 @@ def budget(args, instances, out, lm, judge) -> dict:
 
 def rounds(args, instances, out, lm, judge) -> dict:
     templates = template_library(args)
-    T = args.rounds or PAPER_ROUNDS[args.setting][0]
+    T = args.rounds or get_setting(args.setting).rounds
     plan = {m: make_program(m, args, templates) for m in (*FLOORS, "tide", "iter")}
     raw = run_raw(args, plan, instances, out, lm, judge)
     by_id = {i.instance_id: i for i in instances}
@@ -333,6 +340,10 @@ def main(argv=None) -> int:
     parser.add_argument("--shuffle-context", type=int, default=None, metavar="SEED",
                         help="show artifacts in a seeded shuffled order (results go to a -shuffled<SEED> folder)")
     parser.add_argument("--max-evidence", type=int, default=None, help="the most artifacts a finding may cite")
+    parser.add_argument("--scan", action="store_true",
+                        help="LM methods scan every artifact first and read the most suspect in full (results go to "
+                             "a -scan folder)")
+    parser.add_argument("--focus-size", type=int, default=8, help="with --scan: artifacts each round reads in full")
     parser.add_argument("--demos", type=int, default=5, help="solved examples for Iter + Demos")
     parser.add_argument("--budgets", type=int, nargs="*", default=list(range(2, 11)))
     parser.add_argument("--pool-sizes", type=int, nargs="*", default=[0, 5, 10, 20, 40, 108])
@@ -344,8 +355,9 @@ def main(argv=None) -> int:
     args.backbones = args.backbones or [args.backbone]
     args.template_sources = args.template_sources or args.backbones
 
-    shuffled = f"-shuffled{args.shuffle_context}" if args.shuffle_context is not None else ""
-    out = Path(args.out or ROOT / "experiments" / "results" / f"{args.setting}-{args.backbone}{shuffled}")
+    variant = (f"-shuffled{args.shuffle_context}" if args.shuffle_context is not None else "") + (
+        "-scan" if args.scan else "")
+    out = Path(args.out or ROOT / "experiments" / "results" / f"{args.setting}-{args.backbone}{variant}")
     out.mkdir(parents=True, exist_ok=True)
     instances = chosen_instances(args)
     print(f"{len(instances)} instances: {', '.join(i.instance_id for i in instances)}", flush=True)

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import copy
-import importlib
 import json
 import os
 from pathlib import Path
 
 import dspy
 import pytest
+from dspy.dsp.utils.settings import DEFAULT_CONFIG
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
@@ -23,14 +23,11 @@ REPOSITORY_JSONL = SHARED_DATA / "repository" / "swebench_multibug.jsonl"
 
 @pytest.fixture(autouse=True)
 def clear_settings_and_cache():
-    """Reset DSPy's global settings and cache around each test, as DSPy's own suite does."""
-    settings_module = importlib.import_module("dspy.dsp.utils.settings")
-
-    saved = copy.deepcopy(settings_module.main_thread_config)
+    """Every test starts without DSPy's response cache and ends with DSPy's default settings, reset through the
+    public API as DSPy's own tests/conftest.py does."""
     dspy.configure_cache(enable_disk_cache=False, enable_memory_cache=False)
     yield
-    settings_module.main_thread_config.clear()
-    settings_module.main_thread_config.update(saved)
+    dspy.configure(**copy.deepcopy(DEFAULT_CONFIG))
 
 
 def _first_record(path: Path, predicate=lambda r: True) -> dict:
@@ -66,3 +63,12 @@ def repository_instance():
             if best is None or head["num_candidates"] < best[0]:
                 best = (head["num_candidates"], line)
     return instance_from_record(json.loads(best[1]))
+
+
+@pytest.fixture(scope="session")
+def repository_fixture_instance():
+    """The tiny repository instance under tests/fixtures/instances (no shared data needed)."""
+    from tide_dspy.data import load_instances
+
+    return load_instances(Path(__file__).parent / "fixtures" / "instances" / "repository.jsonl",
+                          setting="repository")[0]

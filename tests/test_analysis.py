@@ -59,8 +59,28 @@ def test_mean_std_ignores_unjudged_components():
 def test_output_hygiene_counts_what_the_answers_were_made_of():
     rounds = [{"dropped_evidence": 2, "aliased_evidence": 1, "parse_failures": 1, "failed": False, "lm_calls": 2},
               {"dropped_evidence": 1, "parse_failures": 3, "failed": True, "lm_calls": 3}]
-    rows = [{**row([{"evidence": ["a1"]}, {"evidence": []}], rounds), "seconds": 1.25},
+    rows = [{**row([{"evidence": ["a1"]}, {"evidence": [], "flags": ["missing_parameters"]}], rounds), "seconds": 1.25},
             {**row([], []), "error": "boom", "seconds": 0.5}]
     assert analysis.output_hygiene(rows) == {
         "instances": 2, "errors": 1, "findings": 2, "with_valid_evidence": 1, "dropped_ids": 3, "aliased_ids": 1,
-        "parse_failures": 4, "failed_rounds": 1, "lm_calls": 5, "seconds": 1.8}
+        "bad_actions": 1, "parse_failures": 4, "failed_rounds": 1, "lm_calls": 5, "seconds": 1.8}
+
+
+def test_cited_position_is_0_for_first_listed_and_about_half_for_random(repository_fixture_instance):
+    from tide_dspy.discovery import FirstListed, RandomBaseline
+
+    inst = repository_fixture_instance
+    by_id = {inst.instance_id: inst}
+    rows = lambda program: [{"instance_id": inst.instance_id,  # noqa: E731
+                             "findings": [f.model_dump() for f in program(inst).findings]}]
+    assert analysis.cited_position(rows(FirstListed("repository", n_findings=1, evidence_size=1)), by_id) == 0.0
+    assert analysis.cited_position(rows(FirstListed("repository", n_findings=1, evidence_size=1,
+                                                    context_order_seed=3)), by_id, 3) == 0.0
+    spread = analysis.cited_position(rows(RandomBaseline("repository", n_findings=30, evidence_size=2)), by_id)
+    assert 0.3 < spread < 0.7
+
+
+def test_scan_recall_averages_the_rows_that_scanned():
+    rows = [{"scan": {"recall_at_focus": 0.5}}, {"scan": {"recall_at_focus": 1.0}}, {"findings": []}]
+    assert analysis.scan_recall(rows) == 0.75
+    assert analysis.scan_recall([{"findings": []}]) is None

@@ -64,8 +64,8 @@ def test_split_filter_and_examples(hf_cache, workspace_records):
     test = load_instances(WORKSPACE_JSONL, split="test", cache_dir=hf_cache)
     assert [i.split for i in test] == ["test"] * 4
     examples = to_examples(test)
-    assert isinstance(examples[0], dspy.Example) and set(examples[0].inputs().keys()) == {"instance"}
-    assert examples[0].instance is test[0]
+    assert isinstance(examples[0], dspy.Example) and set(examples[0].inputs().keys()) == {"case"}
+    assert examples[0].case is test[0]
 
 
 def _write(tmp_path, records_or_lines, name="workspaces.jsonl"):

@@ -242,7 +242,7 @@ def test_programs_accept_the_instance_as_a_keyword(workspace_instance):
     """dspy.Evaluate and optimizers call program(**example.inputs())."""
     lm = DummyLM([{"findings": []}])
     with dspy.context(lm=lm):
-        out = SingleAgent("workspace")(instance=workspace_instance)
+        out = SingleAgent("workspace")(case=workspace_instance)
     assert out.findings == [] and len(lm.history) == 1
 
 

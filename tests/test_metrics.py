@@ -341,7 +341,7 @@ def example():
         actions=[{"id": "send_email", "type": "email", "description": "send an email"}],
         problems=GOLD_A,
     )
-    return dspy.Example(instance=instance).with_inputs("instance")
+    return dspy.Example(case=instance).with_inputs("case")
 
 
 def test_tide_metric_on_an_example(example):
@@ -359,7 +359,7 @@ def test_tide_metric_on_an_example(example):
 
 
 def test_tide_metric_in_dspy_evaluate(example):
-    def fixed_program(instance):  # a plain callable: dspy.Module.__call__ cannot take a keyword named `instance`
+    def fixed_program(case):
         return dspy.Prediction(findings=FINDINGS_A)
 
     result = dspy.Evaluate(devset=[example], metric=tide_metric(), num_threads=1, display_progress=False)(fixed_program)
@@ -369,7 +369,7 @@ def test_tide_metric_in_dspy_evaluate(example):
 def test_gold_findings_score_one_on_shared_data(workspace_instance):
     findings = [Finding(description=p.description, evidence=p.evidence, action=p.action) for p in workspace_instance.problems]
     pred = dspy.Prediction(findings=findings)
-    ex = dspy.Example(instance=workspace_instance).with_inputs("instance")
+    ex = dspy.Example(case=workspace_instance).with_inputs("case")
     assert tide_metric()(ex, pred) == 1.0
     assert tide_metric("mean", judge="proxy")(ex, pred) == 1.0
 

@@ -94,11 +94,32 @@ def output_hygiene(rows: list[dict]) -> dict[str, float | int]:
         "with_valid_evidence": sum(1 for f in findings if f.get("evidence")),
         "dropped_ids": sum(rec.get("dropped_evidence", 0) for rec in rounds),
         "aliased_ids": sum(rec.get("aliased_evidence", 0) for rec in rounds),
+        "bad_actions": sum(1 for f in findings
+                           if {"action_not_in_library", "missing_parameters"} & set(f.get("flags") or [])),
         "parse_failures": sum(rec.get("parse_failures", 0) for rec in rounds),
         "failed_rounds": sum(1 for rec in rounds if rec.get("failed")),
         "lm_calls": sum(rec.get("lm_calls", 0) for rec in rounds),
         "seconds": round(sum(r.get("seconds", 0) for r in rows), 1),
     }
+
+
+def cited_position(rows: list[dict], instances: dict[str, Instance], order_seed: int | None = None) -> float | None:
+    """Mean position of the cited artifacts in the order shown, from 0 (first listed) to 1 (last): about 0.5 for
+    citations that ignore position, near 0 for a method that cites what it read first."""
+    from tide_dspy.settings import ContextView
+
+    positions = []
+    for r in rows:
+        ids = ContextView.of(instances[r["instance_id"]], order_seed).ids
+        where = {i: n / max(1, len(ids) - 1) for n, i in enumerate(ids)}
+        positions += [where[e] for f in r.get("findings") or [] for e in f.get("evidence") or [] if e in where]
+    return round(mean(positions), 3) if positions else None
+
+
+def scan_recall(rows: list[dict]) -> float | None:
+    """Mean share of gold evidence among the artifacts a scan put in focus (None for runs without a scan)."""
+    values = [r["scan"]["recall_at_focus"] for r in rows if (r.get("scan") or {}).get("recall_at_focus") is not None]
+    return round(mean(values), 3) if values else None
 
 
 def coverage_by_gold_count(rows: list[dict], instances: dict[str, Instance]) -> dict[int, float]:

@@ -16,6 +16,7 @@ from dspy.utils.exceptions import AdapterParseError
 from rapidfuzz import fuzz
 
 from tide_dspy.backbones.usage import entries_since, usage_mark, usage_tokens
+from tide_dspy.scan import Ranking, Scanner, ScanRecord, rank
 from tide_dspy.schemas import Finding, Instance, RoundRecord, Template
 from tide_dspy.settings import NO_GUIDANCE, ContextView, Hygiene, Setting, get_setting, render_templates
 
@@ -79,6 +80,8 @@ class DiscoveryProgram(dspy.Module):
         dedup_threshold: float = 80.0,
         max_evidence: int | None = None,
         context_order_seed: int | None = None,
+        scan: bool = False,
+        focus_size: int = 8,
     ):
         super().__init__()
         if guidance not in GUIDANCE_KINDS:
@@ -99,18 +102,10 @@ class DiscoveryProgram(dspy.Module):
         self.dedup_threshold = dedup_threshold
         self.max_evidence = max_evidence or get_setting(setting).max_evidence
         self.context_order_seed = context_order_seed
+        self.focus_size = focus_size
         self.discover = dspy.Predict(get_setting(setting).round_signature)
-
-    def __call__(self, *args, **kwargs):
-        # dspy.Evaluate and the optimizers call program(**example.inputs()), i.e. program(instance=...), but
-        # dspy's callback wrapper of Module.__call__ names its own first parameter `instance`.
-        if not args and "instance" in kwargs:
-            if "forward" in self.__dict__:
-                # An optimizer replaced forward with a keyword-only wrapper (GEPA's bootstrap_trace_data):
-                # call it as given, past the callback wrapper that would clash on `instance`.
-                return dspy.Module.__call__.__wrapped__(self, **kwargs)
-            args = (kwargs.pop("instance"),)
-        return super().__call__(*args, **kwargs)
+        # scan=True: rate every artifact first; each round reads the `focus_size` most suspect unfound ones in full.
+        self.scanner = Scanner(setting) if scan else None
 
     @property
     def setting(self) -> Setting:
@@ -130,6 +125,9 @@ class DiscoveryProgram(dspy.Module):
             context_order_seed=self.context_order_seed,
             templates=[t.model_dump() for t in self.templates],
             demos=self.demos,
+            # Only a scanning program records its scan settings, so the configs (and the resume checks) of
+            # programs without a scan read as they did before the scan existed.
+            **({"scan": True, "focus_size": self.focus_size} if self.scanner is not None else {}),
         )
 
     @classmethod
@@ -158,15 +156,28 @@ class DiscoveryProgram(dspy.Module):
         """The artifacts in the order this program shows them, with their handles."""
         return ContextView.of(instance, self.context_order_seed)
 
+    def ranking(self, instance: Instance) -> tuple[Ranking | None, ScanRecord | None]:
+        """The scan's ranking of the instance's artifacts (None, None without scan)."""
+        if self.scanner is None:
+            return None, None
+        record = self.scanner(instance, self.view(instance), self.guidance_text())
+        ranking = rank(record.suspects, f"{self.context_order_seed}:{instance.instance_id}")
+        record.ranked = list(ranking.ids)
+        return ranking, record
+
+    def focus(self, ranking: Ranking | None, found) -> list[str] | None:
+        return ranking.focus(list(found), self.focus_size) if ranking is not None else None
+
     def call_round(self, instance: Instance, view: ContextView, found: list[Finding], max_new: int,
-                   rollout: int | None = None, temperature: float | None = None) -> CallOutcome:
+                   rollout: int | None = None, temperature: float | None = None,
+                   focus: list[str] | None = None) -> CallOutcome:
         """One predictor call with a bounded retry on unparseable output.
 
         The call's signature is the predictor's own (instructions and demos as compiled) with its findings grounded
         in this instance (settings.Setting.grounded_signature). Unparseable output is retried; any other failure
         (context window, auth, provider) is recorded without a retry and marks the outcome `aborted`. Never raises
         for what the LM does."""
-        inputs = self.setting.round_inputs(instance, view, self.guidance_text(), found, max_new)
+        inputs = self.setting.round_inputs(instance, view, self.guidance_text(), found, max_new, focus)
         signature = self.setting.grounded_signature(self.discover.signature, instance, view, max_new, self.max_evidence)
         out = CallOutcome()
         lm = self.discover.lm or dspy.settings.lm
@@ -209,10 +220,11 @@ class DiscoveryProgram(dspy.Module):
         return out
 
     def run_round(self, instance: Instance, state: DiscoveryState, round_no: int, max_new: int,
-                  rollout: int | None = None, temperature: float | None = None) -> tuple[DiscoveryState, RoundRecord]:
+                  rollout: int | None = None, temperature: float | None = None,
+                  focus: list[str] | None = None) -> tuple[DiscoveryState, RoundRecord]:
         t0 = time.perf_counter()
         view = self.view(instance)
-        out = self.call_round(instance, view, list(state.findings), max_new, rollout, temperature)
+        out = self.call_round(instance, view, list(state.findings), max_new, rollout, temperature, focus)
         cleaned = [self.setting.clean(d, instance, round_no, view) for d in out.drafts]
         findings, hygiene = [f for f, _ in cleaned], [h for _, h in cleaned]
         dropped = [i for h in hygiene for i in h.dropped_ids]
@@ -235,19 +247,21 @@ class TIDE(DiscoveryProgram):
     guidance="templates" is TIDE; "none" is the Iter-only ablation; "demos" is Iter + Demos.
     """
 
-    def forward(self, instance: Instance, on_round=None) -> dspy.Prediction:
+    def forward(self, case: Instance, on_round=None) -> dspy.Prediction:
+        ranking, scan = self.ranking(case)
         state, rounds = DiscoveryState(), []
         for t in range(1, self.max_rounds + 1):
             # After a failed round the state is unchanged, so the plain call would resend the failed prompt and
             # replay its cached answer: the next round is a fresh rollout instead.
             fresh = bool(rounds) and rounds[-1].failed
-            state, record = self.run_round(instance, state, t, self.per_round, rollout=t if fresh else None)
+            state, record = self.run_round(case, state, t, self.per_round, rollout=t if fresh else None,
+                                           focus=self.focus(ranking, state.findings))
             rounds.append(record)
             if on_round:
                 on_round(record)
             if record.aborted or (record.new == 0 and not record.failed):
                 break
-        return dspy.Prediction(findings=list(state.findings), rounds=rounds)
+        return dspy.Prediction(findings=list(state.findings), rounds=rounds, scan=scan)
 
 
 class SingleAgent(DiscoveryProgram):
@@ -258,11 +272,12 @@ class SingleAgent(DiscoveryProgram):
         kwargs.setdefault("per_round", max_findings)
         super().__init__(setting, **kwargs)
 
-    def forward(self, instance: Instance, on_round=None) -> dspy.Prediction:
-        state, record = self.run_round(instance, DiscoveryState(), 1, self.per_round)
+    def forward(self, case: Instance, on_round=None) -> dspy.Prediction:
+        ranking, scan = self.ranking(case)
+        state, record = self.run_round(case, DiscoveryState(), 1, self.per_round, focus=self.focus(ranking, []))
         if on_round:
             on_round(record)
-        return dspy.Prediction(findings=list(state.findings), rounds=[record])
+        return dspy.Prediction(findings=list(state.findings), rounds=[record], scan=scan)
 
 
 class MultiAgent(DiscoveryProgram):
@@ -278,19 +293,20 @@ class MultiAgent(DiscoveryProgram):
     def config(self) -> dict:
         return {**super().config(), "temperature": self.temperature}
 
-    def forward(self, instance: Instance, on_round=None) -> dspy.Prediction:
+    def forward(self, case: Instance, on_round=None) -> dspy.Prediction:
+        ranking, scan = self.ranking(case)
         pooled, rounds = DiscoveryState(), []
         for t in range(1, self.max_rounds + 1):
             # Every call starts from the empty state; only the pooling sees earlier calls.
-            call_state, record = self.run_round(instance, DiscoveryState(), t, self.per_round, rollout=t,
-                                                temperature=self.temperature)
+            call_state, record = self.run_round(case, DiscoveryState(), t, self.per_round, rollout=t,
+                                                temperature=self.temperature, focus=self.focus(ranking, []))
             pooled, record.new, record.rediscovered = pooled.extend(list(call_state.findings), self.dedup_threshold)
             rounds.append(record)
             if on_round:
                 on_round(record)
             if record.aborted:
                 break
-        return dspy.Prediction(findings=list(pooled.findings), rounds=rounds)
+        return dspy.Prediction(findings=list(pooled.findings), rounds=rounds, scan=scan)
 
 
 class ChanceBaseline(DiscoveryProgram):
@@ -313,13 +329,13 @@ class ChanceBaseline(DiscoveryProgram):
     def picks(self, instance: Instance, view: ContextView) -> list[list[str]]:
         raise NotImplementedError
 
-    def forward(self, instance: Instance, on_round=None) -> dspy.Prediction:
-        view = self.view(instance)
-        action = next(iter(instance.actions), None)
+    def forward(self, case: Instance, on_round=None) -> dspy.Prediction:
+        view = self.view(case)
+        action = next(iter(case.actions), None)
         findings = [
             Finding(description=f"{type(self).__name__} pick {i + 1}", evidence=ids, round=i // self.per_round + 1,
                     **({"action": {"action_id": action.id, "type": action.type}} if action else {}))
-            for i, ids in enumerate(self.picks(instance, view)[: self.n_findings])
+            for i, ids in enumerate(self.picks(case, view)[: self.n_findings])
         ]
         rounds = []
         for t in range(1, max((f.round for f in findings), default=0) + 1):

@@ -24,6 +24,7 @@ import dspy
 from tqdm.auto import tqdm
 
 from tide_dspy import metrics
+from tide_dspy.scan import recall_at
 from tide_dspy.schemas import Instance
 
 log = logging.getLogger(__name__)
@@ -117,10 +118,14 @@ def program_hash(program) -> str:
 
 def _run_one(program, instance: Instance, judge, on_round) -> dict:
     t0 = time.perf_counter()
-    findings, rounds, error = [], [], None
+    findings, rounds, error, scan = [], [], None, None
     try:
         pred = program(instance, on_round=on_round)
         findings, rounds = list(pred.findings), list(pred.rounds)
+        if pred.get("scan") is not None:
+            focus = getattr(program, "focus_size", 8)
+            scan = {**pred.scan.model_dump(), "focus_size": focus,
+                    "recall_at_focus": recall_at(pred.scan.ranked, instance, focus)}
         if rounds and all(r.failed for r in rounds):
             # Nothing the LM said was usable: an error row, so --resume runs the instance again.
             error = f"every round failed; last: {rounds[-1].error}"
@@ -135,6 +140,7 @@ def _run_one(program, instance: Instance, judge, on_round) -> dict:
         score=score.model_dump(),
         seconds=round(time.perf_counter() - t0, 3),
         error=error,
+        **({"scan": scan} if scan is not None else {}),
     )
 
 

@@ -23,6 +23,7 @@ import yaml
 from tide_dspy import metrics
 from tide_dspy.data.records import read_yaml_file
 from tide_dspy.schemas import Instance
+from tide_dspy.settings import get_setting
 from tide_dspy.shipped import NOT_SHIPPED, OPTIMIZERS_DIR
 
 log = logging.getLogger(__name__)
@@ -262,8 +263,7 @@ def compile_program(
 def search_space(setting: str, pool_max: int) -> dict:
     """Ranges of the tuned knobs; rounds follow the paper's per-setting shapes."""
     return {
-        "max_rounds": (1, 10 if setting == "workspace" else 5),
-        "per_round": (1, 3 if setting == "workspace" else 5),
+        **get_setting(setting).tuning_ranges,
         "pool_size": (1, max(1, pool_max)),
         "temperature": (0.0, 1.0),
     }

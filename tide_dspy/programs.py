@@ -16,6 +16,7 @@ from tide_dspy.backbones.registry import scrub_secrets
 from tide_dspy.data.records import describe_record_error, read_json_file
 from tide_dspy.discovery import TIDE, DiscoveryProgram, FirstListed, MultiAgent, RandomBaseline, SingleAgent
 from tide_dspy.schemas import Template
+from tide_dspy.settings import get_setting
 
 # method -> (class, fixed config). The paper's ablations are TIDE with other guidance.
 METHODS: dict[str, tuple[type[DiscoveryProgram], dict]] = {
@@ -29,11 +30,6 @@ METHODS: dict[str, tuple[type[DiscoveryProgram], dict]] = {
     "first-listed": (FirstListed, {"guidance": "none"}),
 }
 
-# The paper's loop shapes: workspace T=10 rounds of one finding, repository T=3 rounds of several.
-SETTING_DEFAULTS = {
-    "workspace": {"max_rounds": 10, "per_round": 1},
-    "repository": {"max_rounds": 3, "per_round": 3},
-}
 
 MODEL_URI_SCHEMES = ("models:/", "runs:/")
 
@@ -41,10 +37,11 @@ MODEL_URI_SCHEMES = ("models:/", "runs:/")
 CONFIG_BOUNDS: dict[str, tuple[float, float]] = {
     "max_rounds": (1, 100), "per_round": (1, 100), "max_retries": (0, 10), "dedup_threshold": (0, 100),
     "temperature": (0, 2), "max_evidence": (1, 50), "n_findings": (1, 1000), "evidence_size": (1, 50),
+    "focus_size": (1, 200),
 }
 # Seeds: any integer, or null for none.
 SEED_KEYS = ("context_order_seed", "seed")
-CONFIG_KEYS = frozenset({"kind", "setting", "guidance", "templates", "demos", *CONFIG_BOUNDS, *SEED_KEYS})
+CONFIG_KEYS = frozenset({"kind", "setting", "guidance", "templates", "demos", "scan", *CONFIG_BOUNDS, *SEED_KEYS})
 STATE_KEYS = frozenset({"metadata", "tide_config", "tide_extra"})
 
 
@@ -75,7 +72,9 @@ def build_program(method: str, setting: str, templates=None, demos: list[str] | 
         raise ValueError("method 'tide' needs a template library: pass templates=... (make one with `tide distill`)")
     if method == "iter-demos" and not demos:
         raise ValueError("method 'iter-demos' needs demos=[...] (see tide_dspy.templates.solved_demos)")
-    kwargs = {**SETTING_DEFAULTS.get(setting, {}), **{k: v for k, v in config.items() if v is not None}, **fixed}
+    shape = get_setting(setting)
+    kwargs = {"max_rounds": shape.rounds, "per_round": shape.per_round,
+              **{k: v for k, v in config.items() if v is not None}, **fixed}
     if cls is SingleAgent:
         kwargs.pop("max_rounds", None)
         kwargs["per_round"] = kwargs.pop("max_findings", 10)

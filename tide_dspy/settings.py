@@ -142,19 +142,33 @@ def patch_paths(patch: str) -> list[str]:
 class Setting:
     name: ClassVar[str]
     round_signature: ClassVar[type[dspy.Signature]]
+    scan_signature: ClassVar[type[dspy.Signature]]
     distill_signature: ClassVar[type[dspy.Signature]]
     draft_type: ClassVar[type[BaseModel]]
     # The most evidence ids a finding may cite (the gold problems cite 1-2 functions or 3-4 workspace items),
     # and the evidence size of the chance baselines.
     max_evidence: ClassVar[int]
     typical_evidence: ClassVar[int]
+    # The paper's loop shape (T rounds of k findings) and the ranges `tide tune` searches around it.
+    rounds: ClassVar[int]
+    per_round: ClassVar[int]
+    tuning_ranges: ClassVar[dict[str, tuple[int, int]]]
+
+    def static_text(self, instance: Instance) -> str:
+        """What every round repeats besides the context and the templates (for sizing context windows)."""
+        return ""
 
     @staticmethod
     def render_artifact(artifact: Artifact, handle: str | None = None) -> str:
         raise NotImplementedError
 
+    @staticmethod
+    def render_compact(artifact: Artifact, handle: str) -> str:
+        """One line that names an artifact without its content (for artifacts outside a round's focus)."""
+        raise NotImplementedError
+
     def round_inputs(self, instance: Instance, view: ContextView, guidance: str, found: list[Finding],
-                     max_new: int) -> dict:
+                     max_new: int, focus: list[str] | None = None) -> dict:
         raise NotImplementedError
 
     def resolution(self, draft: Any, instance: Instance) -> tuple[dict, list[str]]:
@@ -169,9 +183,18 @@ class Setting:
         """JSON schemas that replace draft fields' own in the round's output type (beyond evidence_ids)."""
         return {}
 
-    def render_context(self, instance: Instance, view: ContextView | None = None) -> str:
+    def render_context(self, instance: Instance, view: ContextView | None = None,
+                       focus: list[str] | None = None) -> str:
+        """Every artifact in full, in the view's order; or, with `focus` (ids, most suspect first), those in full
+        and the others as one compact line each, so they can still be cited."""
         view = view or ContextView.of(instance)
-        return "\n\n".join(self.render_artifact(a, h) for a, h in zip(view.artifacts, view.handles))
+        if focus is None:
+            return "\n\n".join(self.render_artifact(a, h) for a, h in zip(view.artifacts, view.handles))
+        handle, by_id = view.handle_of(), {a.id: a for a in view.artifacts}
+        shown = set(focus)
+        full = [self.render_artifact(by_id[i], handle[i]) for i in focus if i in by_id]
+        rest = [self.render_compact(a, h) for a, h in zip(view.artifacts, view.handles) if a.id not in shown]
+        return "\n\n".join(full) + ("\n\nOther artifacts, not shown in full:\n" + "\n".join(rest) if rest else "")
 
     # ---- the round's output type, grounded in one instance ----
     def grounded_signature(self, base: type[dspy.Signature], instance: Instance, view: ContextView, max_new: int,
@@ -262,10 +285,16 @@ class Setting:
 class WorkspaceSetting(Setting):
     name = "workspace"
     round_signature = sig.WorkspaceRound
+    scan_signature = sig.ScanWorkspaceItem
     distill_signature = sig.DistillWorkspaceTemplate
     draft_type = WorkspaceFindingDraft
     max_evidence = 4
     typical_evidence = 3
+    rounds, per_round = 10, 1
+    tuning_ranges = {"max_rounds": (1, 10), "per_round": (1, 3)}
+
+    def static_text(self, instance: Instance) -> str:
+        return self.render_profile(instance) + self.render_actions(instance)
 
     @staticmethod
     def render_artifact(a, handle: str | None = None) -> str:
@@ -285,6 +314,10 @@ class WorkspaceSetting(Setting):
         return f"### {name} (document, {a.created_at})\nTitle: {p.get('title', '')}\n{p.get('content', '')}"
 
     @staticmethod
+    def render_compact(a, handle: str) -> str:
+        return f"- {handle} · {a.id} ({a.kind}, {a.created_at}): {a.title}"
+
+    @staticmethod
     def render_profile(instance: Instance) -> str:
         return json.dumps(instance.profile or {}, ensure_ascii=False, indent=1)
 
@@ -298,10 +331,10 @@ class WorkspaceSetting(Setting):
             )
         return "\n".join(lines)
 
-    def round_inputs(self, instance, view, guidance, found, max_new):
+    def round_inputs(self, instance, view, guidance, found, max_new, focus=None):
         return dict(
             profile=self.render_profile(instance),
-            context=self.render_context(instance, view),
+            context=self.render_context(instance, view, focus),
             actions=self.render_actions(instance),
             templates=guidance,
             max_new=max_new,
@@ -358,16 +391,24 @@ class WorkspaceSetting(Setting):
 class RepositorySetting(Setting):
     name = "repository"
     round_signature = sig.RepositoryRound
+    scan_signature = sig.ScanFunction
     distill_signature = sig.DistillRepositoryTemplate
     draft_type = CodeFindingDraft
     max_evidence = 2
     typical_evidence = 2
+    rounds, per_round = 3, 3
+    tuning_ranges = {"max_rounds": (1, 5), "per_round": (1, 5)}
 
     @staticmethod
     def render_artifact(a, handle: str | None = None) -> str:
         p = a.payload
         name = f"{handle} · {a.id}" if handle else a.id
         return f"### {name} ({p.get('path')} lines {p.get('start_line')}-{p.get('end_line')})\n{p.get('code', '')}"
+
+    @staticmethod
+    def render_compact(a, handle: str) -> str:
+        signature = next((ln.strip() for ln in str(a.payload.get("code", "")).splitlines() if ln.strip()), "")
+        return f"- {handle} · {a.id}: {signature[:160]}"
 
     def evidence_aliases(self, instance: Instance) -> dict[str, str]:
         """`Class.method` for `path.py::Class.method`, when no other candidate of the instance has that qualname.
@@ -377,9 +418,9 @@ class RepositorySetting(Setting):
             by_qualname.setdefault(a.id.partition("::")[2], []).append(a.id)
         return {q: ids[0] for q, ids in by_qualname.items() if q and len(ids) == 1}
 
-    def round_inputs(self, instance, view, guidance, found, max_new):
+    def round_inputs(self, instance, view, guidance, found, max_new, focus=None):
         return dict(
-            context=self.render_context(instance, view),
+            context=self.render_context(instance, view, focus),
             templates=guidance,
             max_new=max_new,
             already_found=render_found(found, view),

@@ -7,6 +7,8 @@ across rounds.
 
 from __future__ import annotations
 
+from typing import Literal
+
 import dspy
 
 from tide_dspy.schemas import CodeFindingDraft, TemplateDraft, WorkspaceFindingDraft
@@ -45,6 +47,37 @@ class RepositoryRound(dspy.Signature):
     max_new: int = dspy.InputField(desc="the most new bugs to report in this answer")
     already_found: str = dspy.InputField(desc="bugs reported in earlier rounds; do not repeat them")
     findings: list[CodeFindingDraft] = dspy.OutputField(desc="up to max_new new bugs")
+
+
+# ---- the scan: one artifact at a time (small models judge locally better than they select globally) ----
+
+Suspicion = Literal[0, 1, 2, 3, 4, 5, 6, 7, 8, 9]
+
+
+class ScanWorkspaceItem(dspy.Signature):
+    """You are screening one item of a person's workspace (an email, document or calendar entry) before a
+    closer review. Rate how likely the item is a signal of a problem nobody has raised yet: a deadline at
+    risk, a blocker, a conflict, a missing approval or hand-off, a commitment nobody acted on. Use the
+    templates as patterns of what such signals look like. Most items are routine: rate them low."""
+
+    templates: str = dspy.InputField(desc="thought templates describing problem patterns")
+    artifact: str = dspy.InputField(desc="one workspace item, headed by its handle and id")
+    suspicion: Suspicion = dspy.OutputField(desc="0 = routine, 9 = clearly part of a problem")
+    template_id: str = dspy.OutputField(desc="id of the template it fits best, or empty")
+    reason: str = dspy.OutputField(desc="one short sentence")
+
+
+class ScanFunction(dspy.Signature):
+    """You are screening one function of a Python repository before a closer review. Rate how likely it
+    contains a bug: wrong condition or bound, unhandled case, wrong value returned, misuse of an API, a
+    mismatch with what its name and arguments promise. Use the templates as patterns of bugs. Most functions
+    are correct: rate them low."""
+
+    templates: str = dspy.InputField(desc="thought templates describing bug patterns")
+    artifact: str = dspy.InputField(desc="one function, headed by its handle, id and line numbers")
+    suspicion: Suspicion = dspy.OutputField(desc="0 = looks correct, 9 = clearly buggy")
+    template_id: str = dspy.OutputField(desc="id of the template it fits best, or empty")
+    reason: str = dspy.OutputField(desc="one short sentence")
 
 
 # ---- template distillation ----

@@ -157,4 +157,4 @@ def _quiet_progress() -> Iterator[None]:
 
 def to_examples(instances: list[Instance]) -> list[dspy.Example]:
     """One dspy.Example per instance, with the Instance as its single input field `instance`."""
-    return [dspy.Example(instance=instance).with_inputs("instance") for instance in instances]
+    return [dspy.Example(case=instance).with_inputs("case") for instance in instances]

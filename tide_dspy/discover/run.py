@@ -122,7 +122,7 @@ def discover_in_windows(program: DiscoveryProgram, instance: Instance, parts: li
             progress(progress_line(w, len(parts), record))
 
         with dspy.context(lm=lm):
-            prediction = program(instance=window_instance, on_round=on_round)
+            prediction = program(case=window_instance, on_round=on_round)
         state, _, _ = state.extend(list(prediction.findings), program.dedup_threshold)
     return list(state.findings), rounds
 
@@ -130,10 +130,7 @@ def discover_in_windows(program: DiscoveryProgram, instance: Instance, parts: li
 def plan_windows(setting: str, instance: Instance, program: DiscoveryProgram, lm, max_context_tokens: int | None,
                  unit_of: Callable[[Artifact], tuple[str, str]], progress: Progress) -> list[list[Artifact]]:
     size, origin = context_window(lm, max_context_tokens)
-    fixed = program.guidance_text()
-    if setting == "workspace":
-        s = get_setting(setting)
-        fixed += s.render_profile(instance) + s.render_actions(instance)
+    fixed = program.guidance_text() + get_setting(setting).static_text(instance)
     budget = windows.window_budget(size, fixed, output_budget(lm))
     units = windows.make_units(instance.artifacts, get_setting(setting).render_artifact, unit_of)
     parts = windows.split_windows(instance.artifacts, units, budget)

@@ -21,7 +21,7 @@ SNIPPET_CHARS = 240
 
 def _gold_and_setting(example):
     """The gold problems and setting of a dspy.Example holding `instance` (an Instance) or `gold`."""
-    instance = _field(example, "instance")
+    instance = _field(example, "case")
     if instance is not None:
         instance = instance if isinstance(instance, Instance) else Instance.model_validate(instance)
         return as_gold_problems(instance), instance.setting
@@ -61,7 +61,7 @@ def _score(example, pred, judge, overlap) -> tuple[InstanceScore, list, list]:
 
 
 def tide_metric(component: str = "retrieval", kind: str = "f1", judge=None, overlap: str = "f1"):
-    """A DSPy metric `(example, pred, trace=None) -> float` on `example.instance` and `pred.findings`.
+    """A DSPy metric `(example, pred, trace=None) -> float` on `example.case` and `pred.findings`.
 
     `component`: retrieval | identification | resolution | mean (of the three); `kind`: f1 | coverage.
     `judge`: None, "proxy", a model name, or a judge object; the judged components require one."""

@@ -1,0 +1,99 @@
+"""The scan: per-artifact ratings with a shared prompt prefix, a position-free ranking, and shortlisted rounds."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import dspy
+import pytest
+from dspy.utils.dummies import DummyLM
+
+from tide_dspy.discovery import TIDE, SingleAgent
+from tide_dspy.data import load_instances
+from tide_dspy.programs import load_program, save_program
+from tide_dspy.scan import Suspect, rank, recall_at
+from tide_dspy.settings import ContextView
+
+FIXTURES = Path(__file__).parent / "fixtures" / "instances"
+SCORES = [1, 9, 0, 2, 8, 0]  # slugify, truncate, mean, clamp, Cache.get, Cache.put
+
+
+@pytest.fixture(scope="module")
+def repo():
+    return load_instances(FIXTURES / "repository.jsonl", setting="repository")[0]
+
+
+def scan_answers(scores=SCORES) -> list[dict]:
+    return [{"suspicion": s, "template_id": "", "reason": f"rated {s}"} for s in scores]
+
+
+def finding(handle: str) -> dict:
+    return {"description": f"bug in {handle}", "evidence_ids": [handle], "patch": "", "used_template_id": "", "why": ""}
+
+
+def context_of(entry) -> str:
+    user = entry["messages"][-1]["content"]
+    return re.search(r"\[\[ ## context ## \]\]\n(.*?)\n\n\[\[ ## templates", user, re.S).group(1)
+
+
+def test_scan_calls_share_everything_before_the_artifact(repo):
+    lm = DummyLM([*scan_answers(), {"findings": []}])
+    with dspy.context(lm=lm):
+        TIDE("repository", max_rounds=1, scan=True)(repo)
+    scans = lm.history[:len(repo.artifacts)]
+    assert len({e["messages"][0]["content"] for e in scans}) == 1  # one system message
+    users = [e["messages"][-1]["content"] for e in scans]
+    prefixes = {u.split("[[ ## artifact ## ]]")[0] for u in users}
+    assert len(prefixes) == 1 and "[[ ## templates ## ]]" in prefixes.pop()
+    assert "F2 · pkg/text.py::truncate" in users[1].split("[[ ## artifact ## ]]")[1]
+
+
+def test_ranking_puts_high_scores_first_and_breaks_ties_without_position(repo):
+    view = ContextView.of(repo)
+    suspects = [Suspect(artifact_id=i, handle=h, score=s) for i, h, s in zip(view.ids, view.handles, SCORES)]
+    ranked = rank(suspects, seed="a").ids
+    assert ranked[:4] == ("pkg/text.py::truncate", "pkg/cache.py::Cache.get", "pkg/mathx.py::clamp",
+                          "pkg/text.py::slugify")
+    flat = [s.model_copy(update={"score": 5}) for s in suspects]
+    orders = {rank(flat, seed=str(k)).ids for k in range(6)}
+    assert len(orders) > 1 and tuple(view.ids) != rank(flat, seed="a").ids
+    assert rank(flat, seed="a").ids == rank(flat, seed="a").ids
+
+
+def test_each_round_reads_the_most_suspect_unfound_artifacts_in_full(repo):
+    lm = DummyLM([*scan_answers(), {"findings": [finding("F2")]}, {"findings": [finding("F5")]}])
+    with dspy.context(lm=lm):
+        out = TIDE("repository", max_rounds=2, per_round=1, scan=True, focus_size=2)(repo)
+    round1, round2 = (context_of(e) for e in lm.history[len(repo.artifacts):])
+    full = lambda ctx: re.findall(r"^### (F\d+) ·", ctx, re.M)  # noqa: E731
+    assert full(round1) == ["F2", "F5"]  # truncate, Cache.get
+    assert full(round2) == ["F5", "F4"]  # truncate was found in round 1: clamp comes up
+    assert "- F2 · pkg/text.py::truncate: def truncate(s, n):" in round2
+    assert [f.evidence for f in out.findings] == [["pkg/text.py::truncate"], ["pkg/cache.py::Cache.get"]]
+    assert out.scan.lm_calls == len(repo.artifacts) and out.scan.ranked[0] == "pkg/text.py::truncate"
+
+
+def test_a_failed_rating_ranks_last_and_is_counted(repo):
+    answers = scan_answers()
+    answers[1] = {"suspicion": "very", "template_id": "", "reason": ""}  # not an integer 0-9
+    lm = DummyLM([*answers, {"findings": []}])
+    with dspy.context(lm=lm, adapter=dspy.ChatAdapter(use_json_adapter_fallback=False)):
+        out = SingleAgent("repository", scan=True)(repo)
+    assert out.scan.failures == 1
+    assert out.scan.ranked[-1] == "pkg/text.py::truncate"
+
+
+def test_recall_at_n_counts_gold_evidence_in_the_top_n(repo):
+    ranked = ["pkg/text.py::truncate", "pkg/mathx.py::mean", "pkg/cache.py::Cache.get"]
+    assert recall_at(ranked, repo, 1) == 0.5
+    assert recall_at(ranked, repo, 3) == 1.0
+
+
+def test_scan_settings_are_saved_and_loaded_with_the_program(tmp_path, repo):
+    program = TIDE("repository", scan=True, focus_size=3)
+    program.scanner.rate.signature = program.scanner.rate.signature.with_instructions("Rate harshly.")
+    loaded = load_program(save_program(program, tmp_path / "p.json"))
+    assert loaded.scanner is not None and loaded.focus_size == 3
+    assert loaded.scanner.rate.signature.instructions == "Rate harshly."
+    assert TIDE("repository").scanner is None

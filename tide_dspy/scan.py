@@ -1,0 +1,101 @@
+"""The scan: rate every artifact on its own, then let each round read the most suspect unfound ones in full.
+
+A small model cannot pick a few problems out of tens of thousands of tokens in one pass, but it can judge one
+function or one e-mail at a time. `Scanner` asks the setting's scan signature about each artifact; the prompt
+puts the instructions and the templates first and the artifact last, so a prefix cache makes a scan cost about
+one pass over the context. The ranking breaks ties with a seeded shuffle, never by position, so the scan cannot
+smuggle the first-listed bias back in. `focus` turns the ranking into a round's shortlist: the top-N artifacts
+that no earlier finding cites, shown in full (the others compactly; every handle stays citable).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from dataclasses import dataclass
+
+import dspy
+from pydantic import BaseModel
+
+from tide_dspy.backbones.usage import entries_since, usage_mark, usage_tokens
+from tide_dspy.schemas import Finding, Instance
+from tide_dspy.settings import ContextView, get_setting
+
+log = logging.getLogger(__name__)
+
+SCAN_MAX_TOKENS = 64  # a digit, a template id and one sentence
+
+
+class Suspect(BaseModel):
+    """One artifact's scan result. A failed call scores -1 and keeps its error as the reason."""
+
+    artifact_id: str
+    handle: str
+    score: int
+    template_id: str = ""
+    reason: str = ""
+
+
+class ScanRecord(BaseModel):
+    """What a scan cost and found, kept beside the round records."""
+
+    suspects: list[Suspect]
+    ranked: list[str] = []  # artifact ids, most suspect first (see rank)
+    lm_calls: int = 0
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    failures: int = 0
+
+
+@dataclass(frozen=True)
+class Ranking:
+    ids: tuple[str, ...]  # most suspect first
+
+    def focus(self, found: list[Finding], size: int) -> list[str]:
+        """The `size` most suspect artifacts that no finding cites yet."""
+        cited = {e for f in found for e in f.evidence}
+        return [i for i in self.ids if i not in cited][:size]
+
+
+def rank(suspects: list[Suspect], seed: str) -> Ranking:
+    """Highest score first; ties in a seeded random order (not in the order the context lists them)."""
+    rng = random.Random(seed)
+    keyed = [(-s.score, rng.random(), s.artifact_id) for s in suspects]
+    return Ranking(tuple(i for _, _, i in sorted(keyed)))
+
+
+def recall_at(ranked: list[str] | tuple[str, ...], instance: Instance, n: int) -> float | None:
+    """Share of the gold problems' evidence ids among the top n of a ranking (None without gold evidence)."""
+    gold = {e for p in instance.problems for e in p.evidence}
+    return len(gold & set(ranked[:n])) / len(gold) if gold else None
+
+
+class Scanner(dspy.Module):
+    """One predictor, one call per artifact. Its instruction is optimizable like the round's."""
+
+    def __init__(self, setting: str):
+        super().__init__()
+        self.setting_name = setting
+        self.rate = dspy.Predict(get_setting(setting).scan_signature)
+
+    def forward(self, instance: Instance, view: ContextView, guidance: str) -> ScanRecord:
+        setting = get_setting(self.setting_name)
+        lm = self.rate.lm or dspy.settings.lm
+        mark = usage_mark(lm)
+        suspects, failures = [], 0
+        for artifact, handle in zip(view.artifacts, view.handles):
+            try:
+                out = self.rate(templates=guidance, artifact=setting.render_artifact(artifact, handle),
+                                config={"max_tokens": SCAN_MAX_TOKENS})
+                suspects.append(Suspect(artifact_id=artifact.id, handle=handle, score=int(out.suspicion),
+                                        template_id=str(out.template_id or "").strip(),
+                                        reason=str(out.reason or "").strip()))
+            except Exception as exc:  # noqa: BLE001 - a failed rating ranks last and is counted, never fatal
+                failures += 1
+                log.warning("scan of %s failed: %s", artifact.id, exc)
+                suspects.append(Suspect(artifact_id=artifact.id, handle=handle, score=-1,
+                                        reason=f"{type(exc).__name__}: {str(exc)[:200]}"))
+        entries = entries_since(lm, mark)
+        tokens_in, tokens_out = usage_tokens(entries)
+        return ScanRecord(suspects=suspects, lm_calls=len(entries), input_tokens=tokens_in, output_tokens=tokens_out,
+                          failures=failures)
