@@ -45,24 +45,31 @@ def _lines(records, x, ys, group, path, xlabel, ylabel, title):
     _save(fig, path)
 
 
+FLOOR_METHODS = ("random", "first-listed")  # the chance floors: hatched, so they read as a reference
+
+
 def table1(records, path: Path, title: str) -> None:
-    fig, axes = plt.subplots(1, 3, figsize=(12, 3.8), sharey=True)
+    fig, axes = plt.subplots(1, 3, figsize=(13, 4.2), sharey=True)
     methods = [r["method"] for r in records]
     for ax, c in zip(axes, COMPONENTS):
         for j, kind in enumerate(("coverage", "f1")):
             vals = [r[f"{c}_{kind}"] or 0 for r in records]
             errs = [r[f"{c}_{kind}_std"] or 0 for r in records]
             xs = [i + (j - 0.5) * 0.38 for i in range(len(methods))]
-            bars = ax.bar(xs, vals, width=0.38, yerr=errs, label=kind)
+            bars = ax.bar(xs, vals, width=0.38, yerr=errs, label=kind, color=f"C{j}")
+            for bar, m in zip(bars, methods):
+                if m in FLOOR_METHODS:
+                    bar.set_hatch("//")
+                    bar.set_alpha(0.55)
             ax.bar_label(bars, fmt="%.1f", fontsize=8)
         unjudged = all(r[f"{c}_f1"] is None for r in records)
         ax.set_title(c + (" (not judged)" if unjudged else ""))
-        ax.set_xticks(range(len(methods)), methods)
+        ax.set_xticks(range(len(methods)), methods, rotation=30, ha="right")
     top = max((r[f"{c}_{kind}"] or 0) + (r[f"{c}_{kind}_std"] or 0)
               for r in records for c in COMPONENTS for kind in ("coverage", "f1"))
     axes[0].set_ylim(0, max(10.0, 1.2 * top))
     axes[0].set_ylabel("percent")
-    axes[0].legend()
+    axes[0].legend(title="hatched: chance floors", title_fontsize=8)
     fig.suptitle(title)
     _save(fig, path)
 
