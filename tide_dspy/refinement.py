@@ -10,6 +10,8 @@ the best attempt, the hint) is DSPy's.
 
 from __future__ import annotations
 
+import logging
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import dspy
@@ -20,6 +22,24 @@ from tide_dspy.abstraction import AbstractionReport, case_text, check
 from tide_dspy.schemas import TemplateDraft
 
 ADVICE_MODEL = "tide/abstraction-check"
+# Refine hands OfferFeedback these inputs JSON-encoded, and DSPy warns on every retry that they are not floats/lists.
+_REFINE_TYPE_NOISE = ("'target_threshold'", "'reward_value'", "'module_names'")
+
+
+class _RefineTypeNoise(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        return not (message.startswith("Type mismatch") and any(f in message for f in _REFINE_TYPE_NOISE))
+
+
+@contextmanager
+def _quiet_refine_types():
+    logger, noise = logging.getLogger("dspy.predict.predict"), _RefineTypeNoise()
+    logger.addFilter(noise)
+    try:
+        yield
+    finally:
+        logger.removeFilter(noise)
 
 
 def usable(draft: TemplateDraft | None) -> str | None:
@@ -116,7 +136,7 @@ def refine_template(distiller: dspy.Module, instance, problem, *, attempts: int,
     advice_lm = dspy.LM(ADVICE_MODEL, engine=CheckAdviceEngine(reward, [n for n, _ in module.named_predictors()]),
                         cache=False)
     try:
-        with dspy.context(lm=advice_lm):
+        with dspy.context(lm=advice_lm), _quiet_refine_types():
             prediction = refine(case_instance=instance, problem=problem)
     except Exception as exc:  # noqa: BLE001 - adapter/LM failures are recorded, never fatal
         prediction, error = None, f"{type(exc).__name__}: {str(exc)[:300]}"
