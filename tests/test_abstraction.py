@@ -131,3 +131,11 @@ def test_findings_are_checked_against_the_template_they_used():
     # 8.2% and v3 come from the template, not from this workspace; Marcus and 4.1% are the workspace's own.
     assert leaked(report) == {("number", "8.2%"), ("id", "v3")}
     assert check_finding("The deck quotes a stale figure", "", template, context).passed
+
+
+def test_copying_another_text_such_as_the_instruction_example_is_a_fault():
+    example = "a meeting is booked in one time zone while a traveller who must attend arrives after it starts"
+    pattern = "a meeting is booked in one time zone while a traveller who must attend arrives late"
+    assert check("Wrong time zone", pattern, FLOW, source=CASE).passed
+    report = check("Wrong time zone", pattern, FLOW, source=CASE, not_copied_from=(example,))
+    assert [lk.kind for lk in report.leaks] == ["passage"]

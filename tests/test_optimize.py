@@ -236,3 +236,24 @@ def test_cli_distill_compile_tune_evaluate_with_mlflow(tmp_path, monkeypatch, ca
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(done.stdout.strip().splitlines()[-1])
     assert report == {"kind": "TIDE", "findings": 4, "instruction": "Compiled instruction.", "backbone": "dummy"}
+
+
+def test_cli_distill_writes_nothing_when_no_template_passes_the_check(tmp_path, monkeypatch, capsys, train):
+    from dspy.utils.dummies import DummyLM
+
+    from tide_dspy.cli import optimize_cmd
+    from tide_dspy.cli.main import main
+
+    data_root = Path(os.environ.get("TIDE_SHARED_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
+    leaky = {"template": {"name": "Gregory Hale never e-signed", "pattern": "REQ-26-0412 waits on the CFO",
+                          "evidence_flow": ["find the request still pending in the tracker"]}}
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("TIDE_DATA", str(data_root))
+    monkeypatch.setattr(optimize_cmd, "make_lm", lambda args: DummyLM([leaky, leaky]))
+    code = main(["distill", "--setting", "workspace", "--backbone", "dummy", "--max-cases", "1", "--attempts", "2",
+                 "--no-track"])
+    captured = capsys.readouterr()
+    assert code == 1
+    assert "0 passed the abstraction check, 1 failed and were dropped" in captured.out
+    assert "no template passed the abstraction check" in captured.err
+    assert not (tmp_path / "programs" / "workspace" / "dummy" / "templates.json").exists()

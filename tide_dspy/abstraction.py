@@ -270,19 +270,22 @@ def structural_faults(name: str, pattern: str, evidence_flow: list[str]) -> list
 
 
 def check(name: str, pattern: str, evidence_flow: list[str], *, source: str | None = None,
-          keys: set[str] | None = None) -> AbstractionReport:
+          keys: set[str] | None = None, not_copied_from: tuple[str, ...] = ()) -> AbstractionReport:
     """Score a template's text against its source case: the case text (`source`), or its stored `keys`.
 
     With `source`, copied passages are found as well; with `keys` alone (a library checked without the data),
-    everything else is.
+    everything else is. `not_copied_from`: other texts whose passages must not be copied either (the distill
+    instruction's example).
     """
     if keys is None:
         keys = source_keys(source or "")
     fields = {"name": name, "pattern": pattern, "evidence_flow": list(evidence_flow)}
     leaks = leaked_tokens(fields, keys)
     leaks += structural_faults(name, pattern, list(evidence_flow))
-    if source:
-        source_words = [w.lower() for w in _WORD.findall(source)]
+    for text_source in (source, *not_copied_from):
+        if not text_source:
+            continue
+        source_words = [w.lower() for w in _WORD.findall(text_source)]
         for field_name, text in _field_texts(fields):
             leaks += [Leak("passage", p, field_name) for p in _passages(text, source_words)]
     return AbstractionReport(list(dict.fromkeys(leaks)))

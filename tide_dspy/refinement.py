@@ -53,9 +53,10 @@ def usable(draft: TemplateDraft | None) -> str | None:
     return None
 
 
-def check_draft(draft: TemplateDraft, case: dict[str, str]) -> AbstractionReport:
+def check_draft(draft: TemplateDraft, case: dict[str, str], instructions: str = "") -> AbstractionReport:
+    """The draft against its case; copying the distill instruction's example counts as a copied passage too."""
     return check(draft.name.strip(), draft.pattern.strip(), [s.strip() for s in draft.evidence_flow if s.strip()],
-                 source=case_text(case))
+                 source=case_text(case), not_copied_from=(instructions,))
 
 
 @dataclass
@@ -76,7 +77,8 @@ class AbstractionReward:
             self.last_feedback = f"The last answer had {error}: write a name, a pattern and an evidence flow."
             score = 0.0
         else:
-            report = check_draft(draft, self.setting.solved_case(inputs["case_instance"], inputs["problem"]))
+            report = check_draft(draft, self.setting.solved_case(inputs["case_instance"], inputs["problem"]),
+                                 self.setting.distill_signature.instructions)
             self.last_feedback, score = report.feedback(), report.score
         self.scores.append(score)
         return score
@@ -147,5 +149,6 @@ def refine_template(distiller: dspy.Module, instance, problem, *, attempts: int,
     error = usable(draft) if error is None else error
     if error is not None:
         return Refined(None, None, error, reward.scores, history)
-    report = check_draft(draft, distiller.setting.solved_case(instance, problem))
+    report = check_draft(draft, distiller.setting.solved_case(instance, problem),
+                         distiller.setting.distill_signature.instructions)
     return Refined(draft, report, None, reward.scores, history)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
+import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -212,13 +213,14 @@ def run_distill(args: argparse.Namespace) -> int:
                                   merge_threshold=args.merge_threshold, max_templates=args.max_templates)
         seconds = round(time.perf_counter() - t0, 1)
         library.meta.update(backbone=args.backbone, dataset_hash=dataset_hash(instances), seconds=seconds)
-        library.save(out)
         meta, scores = library.meta, library.meta["abstraction"]
         counts = {"cases": meta["cases"], "passed": meta["passed"], "failed": meta["failed"],
                   "merges": meta["merges"], "capped": len(meta["capped"]), "templates": len(library)}
-        record_provenance(args, out.parent, out.name, seconds=seconds, **counts,
-                          mean_abstraction_score=scores["mean_score"],
-                          draft_mean_abstraction_score=scores["draft_mean_score"])
+        if len(library):
+            library.save(out)
+            record_provenance(args, out.parent, out.name, seconds=seconds, **counts,
+                              mean_abstraction_score=scores["mean_score"],
+                              draft_mean_abstraction_score=scores["draft_mean_score"])
         if not args.no_track:
             import mlflow
 
@@ -226,11 +228,16 @@ def run_distill(args: argparse.Namespace) -> int:
                                 **({"mean_abstraction_score": scores["mean_score"]}
                                    if scores["mean_score"] is not None else {})})
             log_usage({"backbone": meta["lm_usage"]})
+            mlflow.log_dict({"failures": meta["failures"]}, "distill_failures.json")
             _artifact(out)
     print(f"{len(library)} templates from {meta['cases']} solved cases: {meta['passed']} passed the abstraction "
           f"check, {meta['failed']} failed and were dropped, {meta['merges']} merged, {len(meta['capped'])} capped; "
           f"mean abstraction score {scores['mean_score']} (best drafts of all cases: {scores['draft_mean_score']}) "
-          f"in {seconds}s -> {out}")
+          f"in {seconds}s -> {out if len(library) else 'nothing written'}")
+    if not len(library):
+        print(f"no template passed the abstraction check, so {out} is left as it was; the failures and their "
+              f"leaked tokens are logged above (try more --attempts or a larger backbone)", file=sys.stderr)
+        return 1
     return 0
 
 
