@@ -139,3 +139,12 @@ def test_copying_another_text_such_as_the_instruction_example_is_a_fault():
     assert check("Wrong time zone", pattern, FLOW, source=CASE).passed
     report = check("Wrong time zone", pattern, FLOW, source=CASE, not_copied_from=(example,))
     assert [lk.kind for lk in report.leaks] == ["passage"]
+
+
+def test_a_title_copied_as_written_and_a_one_step_flow_are_faults():
+    case = "### document_1 (document)\nTitle: Holmium laser go-live - readiness tracker\nItem # | Item | Owner | Due"
+    report = check("Holmium laser go-live readiness tracker", "Holmium laser go-live - readiness tracker",
+                   ["Item # | Item | Owner | Due | Status"], source=case)
+    kinds = [lk.kind for lk in report.leaks]
+    assert kinds.count("passage") == 2 and "ids_as_flow" in kinds
+    assert not check("Readiness", "a go-live waits on sign-offs", ["find the tracker of open sign-offs"]).passed

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from dateutil import parser as date_parser
-from rapidfuzz import fuzz, utils
+from rapidfuzz import fuzz, process, utils
 
 from tide_dspy.schemas import TemplateDraft
 
@@ -28,8 +28,11 @@ from tide_dspy.schemas import TemplateDraft
 PASSAGE_WORDS = 8
 # rapidfuzz partial ratio (0-100) at which a field value counts as the draft type's field description.
 DESCRIPTION_SIMILARITY = 90.0
-# A flow step shorter than this many words is a label or an id, not a step.
+# A flow step shorter than this many words is a label or an id, not a step; a flow needs MIN_STEPS steps.
 MIN_STEP_WORDS = 4
+MIN_STEPS = 2
+# rapidfuzz ratio (0-100) at which a field is one of the source's lines (a title, a subject) copied as written.
+LINE_SIMILARITY = 90.0
 
 _MONTHS = r"(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Sept|Oct|Nov|Dec)[a-z]*\.?"
 _FILE_EXT = (r"py|pyi|pyx|js|ts|tsx|json|ya?ml|toml|cfg|ini|txt|md|rst|csv|html?|xml|c|h|cpp|hpp|java|go|rs|rb|sh"
@@ -116,8 +119,9 @@ class AbstractionReport:
             parts.append("Fields " + ", ".join(sorted({lk.field for lk in described})) + " repeat the field "
                          "description instead of answering it: write the content it asks for.")
         if any(lk.kind == "ids_as_flow" for lk in self.leaks):
-            parts.append(f"Each evidence_flow item must be a step of at least {MIN_STEP_WORDS} words: what signal "
-                         "to look for and how it joins the others, not an id or a label.")
+            parts.append(f"The evidence_flow needs at least {MIN_STEPS} steps, each a sentence of at least "
+                         f"{MIN_STEP_WORDS} words: what signal to look for and how it joins the others, not an id, "
+                         "a label or a table header.")
         return " ".join(parts)
 
     def to_dict(self) -> dict:
@@ -229,8 +233,15 @@ def _field_texts(fields: dict[str, str | list[str]]) -> Iterable[tuple[str, str]
             yield name, item or ""
 
 
-def _passages(text: str, source_words: list[str]) -> list[str]:
+def _passages(text: str, source_words: list[str], source_lines: list[str]) -> list[str]:
+    """Runs of PASSAGE_WORDS or more words copied from the source, or the whole text when it is one of the
+    source's lines (a title, a header, a subject) copied nearly as written."""
     words = [w.lower() for w in _WORD.findall(text)]
+    if len(words) >= MIN_STEP_WORDS - 1 and source_lines:
+        line = process.extractOne(text, source_lines, scorer=fuzz.ratio, processor=utils.default_process,
+                                  score_cutoff=LINE_SIMILARITY)
+        if line is not None:
+            return [" ".join(words)]
     if len(words) < PASSAGE_WORDS:
         return []
     matcher = difflib.SequenceMatcher(None, words, source_words, autojunk=False)
@@ -263,8 +274,8 @@ def structural_faults(name: str, pattern: str, evidence_flow: list[str]) -> list
                     and len(text) >= len(desc) * 0.6:
                 faults.append(Leak("field_description", desc, field_name))
     steps = [s for s in evidence_flow if s.strip()]
-    short = [s for s in steps if len(_WORD.findall(s)) < MIN_STEP_WORDS]
-    if not steps or len(short) * 2 >= len(steps):
+    short = [s for s in steps if len(_WORD.findall(s)) < MIN_STEP_WORDS or "|" in s]
+    if len(steps) < MIN_STEPS or len(short) * 2 >= len(steps):
         faults.append(Leak("ids_as_flow", "; ".join(short[:5]) or "(empty)", "evidence_flow"))
     return list(dict.fromkeys(faults))
 
@@ -286,8 +297,10 @@ def check(name: str, pattern: str, evidence_flow: list[str], *, source: str | No
         if not text_source:
             continue
         source_words = [w.lower() for w in _WORD.findall(text_source)]
+        lines = [ln.strip() for ln in re.split(r"\n|(?<=[.!?])\s+", text_source) if ln.strip()]
+        source_lines = lines + [ln.split(": ", 1)[1] for ln in lines if ": " in ln]  # Title: ..., Subject: ...
         for field_name, text in _field_texts(fields):
-            leaks += [Leak("passage", p, field_name) for p in _passages(text, source_words)]
+            leaks += [Leak("passage", p, field_name) for p in _passages(text, source_words, source_lines)]
     return AbstractionReport(list(dict.fromkeys(leaks)))
 
 
