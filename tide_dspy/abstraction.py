@@ -58,7 +58,7 @@ _TOKEN = re.compile(
       | \b_\w+\b
       | \b[a-z]+[A-Z]\w*\b
       | \b[A-Z][a-z0-9]+[A-Z]\w*\b)
-  | (?P<number>(?<![\w.])\d[\d,]*(?:\.\d+)?%?)
+  | (?P<number>(?<![\w.])\d(?:[\d,]*\d)?(?:\.\d+)?%?)
   | (?P<name>\b[A-Z][A-Za-z-]*[A-Za-z]\b)
     """,
     re.X,
