@@ -7,6 +7,7 @@ import pytest
 from tide_dspy.abstraction import check, check_finding, source_keys, tokens
 
 CASE = """### email_0621032b (email, 2026-03-06T11:42:00)
+Cc: the charge nurse and the RNs
 From: Theresa Cole <tcole@mvrmc.org>
 Subject: Re: LT-60 sterilizer replacement
 Good news. Greg said at the huddle that he's fine funding the LT-90 replacement. Please let Linda know so she
@@ -70,7 +71,7 @@ def test_generic_words_builtins_and_protocol_names_are_not_specific():
     # Words of the case that it also writes in lower case, sentence-initial words, builtins and dunder names,
     # single digits and acronyms are what an abstract template is made of.
     report = check("Good news that hides a pending signature",
-                   "The CFO said yes; the PO waits. A __getitem__ that returns True for 1 name of a TestCase",
+                   "The CFO said yes; the PO waits on RNs. A __getitem__ that returns True for 1 name of a TestCase",
                    FLOW, source=CASE + CODE_CASE)
     assert leaked(report) == {("identifier", "TestCase")}
 

@@ -192,7 +192,7 @@ def tokens(text: str) -> list[tuple[str, str, str, int]]:
                 continue
             key = "num:" + _amount(surface.rstrip("%"))
         elif kind == "name":
-            if surface in _FUNCTION_WORDS or surface in _COMMON or (surface.isupper() and len(surface) <= 4):
+            if surface in _FUNCTION_WORDS or surface in _COMMON or re.fullmatch(r"[A-Z]{2,4}s?", surface):
                 continue
             key = surface
         out.append((kind, surface, key, m.start()))
