@@ -201,14 +201,3 @@ def test_repository_cases_distill_to_repo_ids(repository_instance):
     outcome = distill_one(Distiller("repository"), repository_instance, repository_instance.problems[0], lm=lm)
     sent = outcome.history[0]["messages"][-1]["content"]
     assert repository_instance.problems[0].patch.splitlines()[0] in sent  # the resolution is the gold patch
-
-
-def test_a_draft_that_copies_the_instruction_example_is_not_kept(workspace_instance):
-    example = {"template": {"name": "Meeting set in the wrong time zone",
-                            "pattern": "a meeting is booked in one time zone while a traveller who must attend "
-                                       "arrives by local time after it starts",
-                            "evidence_flow": ["find a meeting a traveller must attend",
-                                              "find their travel itinerary and its arrival time"]}}
-    outcome = distill_one(Distiller("workspace"), workspace_instance, workspace_instance.problems[0], attempts=1,
-                          lm=DummyLM([example]))
-    assert not outcome.passed and {lk.kind for lk in outcome.report.leaks} == {"passage"}

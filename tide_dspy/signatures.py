@@ -57,10 +57,7 @@ class DistillWorkspaceTemplate(dspy.Signature):
     and kinds of artifact (a tracker export, a calendar hold), never of the case's own people, products, ids,
     amounts or dates, and do not copy its sentences. The evidence flow lists, in order, the signals to look
     for in emails, documents and calendar entries, and how joining them reveals the problem; each step is a
-    sentence, not an artifact id. The shape (not the content) of a good answer: name "Meeting set in the wrong
-    time zone"; pattern "a meeting is booked in one time zone while a traveller who must attend arrives by
-    local time after it starts"; evidence flow "find a meeting a traveller must attend", "find their travel
-    itinerary and its arrival time", "compare both times in one time zone"."""
+    sentence, not an artifact id."""
 
     case_context: str = dspy.InputField(desc="the artifacts that evidence the problem")
     problem: str = dspy.InputField(desc="the problem that was found")
@@ -71,13 +68,10 @@ class DistillWorkspaceTemplate(dspy.Signature):
 class DistillRepositoryTemplate(dspy.Signature):
     """From one solved bug, write a reusable thought template for this class of bug. Abstract away project,
     function and variable names: the template must help find the same kind of bug in other code. Describe
-    the kind of code and the mistake (a loop bound off by one, a cache that is never invalidated), never the case's own identifiers, file paths, line numbers or error messages, and do not copy
-    the issue's sentences. The evidence flow lists, in order, the code signals to look for and how they
-    combine into the bug; each step is a sentence, not a function name. The shape (not the content) of a good
-    answer: name "Mutable default shared across calls"; pattern "a function's default argument is a mutable
-    object that the function changes in place, so one call's state leaks into the next"; evidence flow "find
-    a parameter whose default is a list or dict", "find where the function modifies it", "check that a
-    second call sees the first call's changes"."""
+    the kind of code and the mistake (a loop bound off by one, a cache that is never invalidated), never the
+    case's own identifiers, file paths, line numbers or error messages, and do not copy the issue's sentences.
+    The evidence flow lists, in order, the code signals to look for and how they combine into the bug; each
+    step is a sentence, not a function name."""
 
     case_context: str = dspy.InputField(desc="the buggy functions")
     problem: str = dspy.InputField(desc="the issue report")
