@@ -114,7 +114,7 @@ def test_stored_keys_find_what_the_source_text_finds_except_passages():
 def test_feedback_names_every_leaked_token():
     report = check("Clarion order stuck", "REQ-26-0412 waits since 3/13", ["False", "True"], source=CASE)
     text = report.feedback()
-    assert all(t in text for t in ("'Clarion'", "'REQ-26-0412'", "'3/13'", "evidence_flow"))
+    assert all(t in text for t in ("'Clarion'", "'REQ-26-0412'", "'3/13'", "evidence flow steps"))
     assert report.to_dict()["score"] == report.score and len(report.to_dict()["leaks"]) == len(report.leaks)
 
 
@@ -149,3 +149,11 @@ def test_a_title_copied_as_written_and_a_one_step_flow_are_faults():
     kinds = [lk.kind for lk in report.leaks]
     assert kinds.count("passage") == 2 and "ids_as_flow" in kinds
     assert not check("Readiness", "a go-live waits on sign-offs", ["find the tracker of open sign-offs"]).passed
+
+
+def test_copying_the_retry_hint_is_a_fault():
+    from tide_dspy.abstraction import ADVICE
+
+    report = check("Pending approval", "an approval given aloud is never recorded",
+                   [ADVICE["flow"], "write no names, ids, numbers, dates, paths or code identifiers"], source=CASE)
+    assert [lk.kind for lk in report.leaks] == ["passage", "passage"]

@@ -33,6 +33,17 @@ MIN_STEP_WORDS = 4
 MIN_STEPS = 2
 # rapidfuzz ratio (0-100) at which a field is one of the source's lines (a title, a subject) copied as written.
 LINE_SIMILARITY = 90.0
+# The fixed sentences of the retry hint. A template that repeats HINT_PASSAGE_WORDS words of them in a row copied
+# the hint instead of following it (the 0.5B did, when the hint carried example phrases).
+ADVICE = {
+    "tokens": "Describe each by its role or kind instead; write no names, ids, numbers, dates, paths or code "
+              "identifiers of the case.",
+    "passage": "Write in your own words; these were copied from the case:",
+    "described": "repeat the field description instead of answering it.",
+    "flow": f"Write at least {MIN_STEPS} evidence flow steps, each a sentence of {MIN_STEP_WORDS} or more words "
+            "about this kind of problem.",
+}
+HINT_PASSAGE_WORDS = 5
 
 _MONTHS = r"(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Sept|Oct|Nov|Dec)[a-z]*\.?"
 _FILE_EXT = (r"py|pyi|pyx|js|ts|tsx|json|ya?ml|toml|cfg|ini|txt|md|rst|csv|html?|xml|c|h|cpp|hpp|java|go|rs|rb|sh"
@@ -100,28 +111,23 @@ class AbstractionReport:
         return not self.leaks
 
     def feedback(self) -> str:
-        """What to change, naming every leaked token: the retry hint of distillation."""
+        """What to change, naming every leaked token: the retry hint of distillation. Its fixed sentences carry
+        no phrase worth copying, and copying them is a fault of its own (see ADVICE)."""
         if self.passed:
             return "The template is abstract: it carries no specific detail of the solved case."
         parts = []
         tokens = [f"{lk.token!r} ({lk.kind.replace('_', ' ')})" for lk in self.leaks if lk.kind in LEAK_KINDS]
         if tokens:
             parts.append("The template copies specific details of the solved case: " + ", ".join(tokens) + ". "
-                         "Replace each with a generic description (a role such as 'the approver', 'a request id', "
-                         "'a deadline', 'the function that parses input'); no names, ids, numbers, dates, paths "
-                         "or code identifiers.")
+                         + ADVICE["tokens"])
         copied = [lk for lk in self.leaks if lk.kind == "passage"]
         if copied:
-            parts.append("Do not copy sentences of the case word for word: " +
-                         "; ".join(repr(lk.token) for lk in copied) + ".")
+            parts.append(ADVICE["passage"] + " " + "; ".join(repr(lk.token) for lk in copied) + ".")
         described = [lk for lk in self.leaks if lk.kind == "field_description"]
         if described:
-            parts.append("Fields " + ", ".join(sorted({lk.field for lk in described})) + " repeat the field "
-                         "description instead of answering it: write the content it asks for.")
+            parts.append("Fields " + ", ".join(sorted({lk.field for lk in described})) + " " + ADVICE["described"])
         if any(lk.kind == "ids_as_flow" for lk in self.leaks):
-            parts.append(f"The evidence_flow needs at least {MIN_STEPS} steps, each a sentence of at least "
-                         f"{MIN_STEP_WORDS} words: what signal to look for and how it joins the others, not an id, "
-                         "a label or a table header.")
+            parts.append(ADVICE["flow"])
         return " ".join(parts)
 
     def to_dict(self) -> dict:
@@ -233,7 +239,8 @@ def _field_texts(fields: dict[str, str | list[str]]) -> Iterable[tuple[str, str]
             yield name, item or ""
 
 
-def _passages(text: str, source_words: list[str], source_lines: list[str]) -> list[str]:
+def _passages(text: str, source_words: list[str], source_lines: list[str], min_words: int = PASSAGE_WORDS
+              ) -> list[str]:
     """Runs of PASSAGE_WORDS or more words copied from the source, or the whole text when it is one of the
     source's lines (a title, a header, a subject) copied nearly as written."""
     words = [w.lower() for w in _WORD.findall(text)]
@@ -242,10 +249,10 @@ def _passages(text: str, source_words: list[str], source_lines: list[str]) -> li
                                   score_cutoff=LINE_SIMILARITY)
         if line is not None:
             return [" ".join(words)]
-    if len(words) < PASSAGE_WORDS:
+    if len(words) < min_words:
         return []
     matcher = difflib.SequenceMatcher(None, words, source_words, autojunk=False)
-    return [" ".join(words[b.a:b.a + b.size]) for b in matcher.get_matching_blocks() if b.size >= PASSAGE_WORDS]
+    return [" ".join(words[b.a:b.a + b.size]) for b in matcher.get_matching_blocks() if b.size >= min_words]
 
 
 def leaked_tokens(fields: dict[str, str | list[str]], keys: set[str], allowed: set[str] = frozenset()) -> list[Leak]:
@@ -285,22 +292,23 @@ def check(name: str, pattern: str, evidence_flow: list[str], *, source: str | No
     """Score a template's text against its source case: the case text (`source`), or its stored `keys`.
 
     With `source`, copied passages are found as well; with `keys` alone (a library checked without the data),
-    everything else is. `not_copied_from`: other texts whose passages must not be copied either (the distill
-    instruction's example).
+    everything else is. Runs of HINT_PASSAGE_WORDS words copied from the retry hint (ADVICE) or from
+    `not_copied_from` (the distill instructions) are copied passages too.
     """
     if keys is None:
         keys = source_keys(source or "")
     fields = {"name": name, "pattern": pattern, "evidence_flow": list(evidence_flow)}
     leaks = leaked_tokens(fields, keys)
     leaks += structural_faults(name, pattern, list(evidence_flow))
-    for text_source in (source, *not_copied_from):
+    hints = (" ".join(ADVICE.values()), *not_copied_from)
+    for text_source, min_words in ((source, PASSAGE_WORDS), *((h, HINT_PASSAGE_WORDS) for h in hints)):
         if not text_source:
             continue
         source_words = [w.lower() for w in _WORD.findall(text_source)]
         lines = [ln.strip() for ln in re.split(r"\n|(?<=[.!?])\s+", text_source) if ln.strip()]
         source_lines = lines + [ln.split(": ", 1)[1] for ln in lines if ": " in ln]  # Title: ..., Subject: ...
         for field_name, text in _field_texts(fields):
-            leaks += [Leak("passage", p, field_name) for p in _passages(text, source_words, source_lines)]
+            leaks += [Leak("passage", p, field_name) for p in _passages(text, source_words, source_lines, min_words)]
     return AbstractionReport(list(dict.fromkeys(leaks)))
 
 
