@@ -147,6 +147,8 @@ def test_replace_templates_keeps_the_compiled_instruction(tmp_path):
     assert loaded.discover.signature.instructions == "Compiled instruction."
     extra = json.loads(path.read_text())["tide_extra"]
     assert extra["templates_replaced"]["previous_ids"] == ["ws-t01"] and extra["validation"] == {"after": 0.5}
+    replace_templates(path, None)
+    assert load_program(path).templates == [] and json.loads(path.read_text())["tide_extra"]["templates_path"] is None
     repo = TemplateLibrary([Template(id="repo-t001", name="n", pattern="p", evidence_flow=["x"])], "repository")
     with pytest.raises(ValueError, match="repository library"):
         replace_templates(path, repo.save(tmp_path / "repo.json"))
