@@ -4,7 +4,8 @@ A thought template must describe a class of problem, so none of the names, ids, 
 identifiers of the case it was distilled from may appear in it. `source_keys` collects those tokens of a source
 text (the solved case, or a template when checking findings); `check` finds them in the template's text and adds
 the faults that need no source: a field description of the draft type copied as a value, an evidence flow that
-lists ids instead of steps, and (when the source text is at hand) a passage copied word for word.
+lists ids or labels instead of steps, and words copied from the retry hint; and, when the source text is at hand,
+a passage or a line (a title, a subject) copied word for word.
 
 Pure functions; the score is 1 / (1 + number of leaks), so 1.0 means fully abstract and any leak fails.
 """
@@ -75,7 +76,6 @@ _TOKEN = re.compile(
     re.X,
 )
 LEAK_KINDS = ("email", "path", "money", "date", "id", "identifier", "number", "name")
-STRUCTURAL_KINDS = ("field_description", "ids_as_flow", "passage")
 
 _COMMON = frozenset(dir(builtins)) | frozenset(keyword.kwlist) | {"self", "cls"}
 # Title-case function words: capitalised in headings, never names.
