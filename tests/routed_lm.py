@@ -70,8 +70,10 @@ class RoutedLM(DummyLM):
         if "[[ ## findings ## ]]" in message.split("Respond with")[-1]:
             return {"findings": self.findings_for(message, wrong=self.gated and self.instruction not in system)}
         if "[[ ## template ## ]]" in message.split("Respond with")[-1]:
-            words = field_block(message, "problem").split()
-            return {"template": {"name": "When " + " ".join(words[:6]), "pattern": " ".join(words[:25]),
+            # Abstract but distinct per problem: its plain lower-case words, in reverse order (so no name, id,
+            # number or copied passage of the case survives).
+            words = [w for w in re.findall(r"[A-Za-z]+", field_block(message, "problem")) if w.islower()][::-1]
+            return {"template": {"name": "when " + " ".join(words[:6]), "pattern": " ".join(words[:25]),
                                  "evidence_flow": ["look for the first signal", "join it with the second"]}}
         # Optimizers' proposal signatures: answer every requested text field with the new instruction.
         tail = message.split("Respond with")[-1]

@@ -197,7 +197,7 @@ LOAD_REGISTERED = textwrap.dedent("""
 """)
 
 
-def test_cli_distill_compile_tune_evaluate_with_mlflow(tmp_path, monkeypatch, train):
+def test_cli_distill_compile_tune_evaluate_with_mlflow(tmp_path, monkeypatch, capsys, train):
     import mlflow
     from mlflow import MlflowClient
 
@@ -215,7 +215,12 @@ def test_cli_distill_compile_tune_evaluate_with_mlflow(tmp_path, monkeypatch, tr
 
     assert main(["distill", *common]) == 0
     library = TemplateLibrary.load("programs/workspace/dummy/templates.json")
-    assert len(library) == library.meta["cases"] - library.meta["merges"] == 10
+    assert len(library) == library.meta["passed"] - library.meta["merges"] == 10 == library.meta["cases"]
+    printed = capsys.readouterr().out
+    assert "10 passed the abstraction check, 0 failed and were dropped, 0 merged, 0 capped" in printed
+    distilled = json.loads(Path("programs/workspace/dummy/provenance.json").read_text())["templates.json"]
+    assert {k: distilled[k] for k in ("passed", "failed", "merges", "capped", "mean_abstraction_score")} == {
+        "passed": 10, "failed": 0, "merges": 0, "capped": 0, "mean_abstraction_score": 1.0}
 
     assert main(["compile", *common, "--optimizer", "copro", "--metric", "retrieval-f1",
                  "--opt", "init.breadth=2", "--opt", "init.depth=1", "--rounds", "2", "--per-round", "2"]) == 0
@@ -244,6 +249,8 @@ def test_cli_distill_compile_tune_evaluate_with_mlflow(tmp_path, monkeypatch, tr
     runs = client.search_runs([client.get_experiment_by_name("tide-dspy").experiment_id])
     by_command = {r.data.tags["tide.command"]: r for r in runs}
     assert set(by_command) == {"distill", "compile", "tune", "evaluate"}
+    assert {"passed", "failed", "merges", "capped", "mean_abstraction_score", "backbone_calls"} <= set(
+        by_command["distill"].data.metrics)
     compile_run = by_command["compile"]
     assert {"backbone", "setting", "optimizer", "T", "k", "pool_size", "dataset_hash", "git_sha"} <= set(
         compile_run.data.params)
@@ -262,3 +269,24 @@ def test_cli_distill_compile_tune_evaluate_with_mlflow(tmp_path, monkeypatch, tr
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(done.stdout.strip().splitlines()[-1])
     assert report == {"kind": "TIDE", "findings": 4, "instruction": "Compiled instruction.", "backbone": "dummy"}
+
+
+def test_cli_distill_writes_nothing_when_no_template_passes_the_check(tmp_path, monkeypatch, capsys, train):
+    from dspy.utils.dummies import DummyLM
+
+    from tide_dspy.cli import optimize_cmd
+    from tide_dspy.cli.main import main
+
+    data_root = Path(os.environ.get("TIDE_SHARED_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
+    leaky = {"template": {"name": "Gregory Hale never e-signed", "pattern": "REQ-26-0412 waits on the CFO",
+                          "evidence_flow": ["find the request still pending in the tracker"]}}
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("TIDE_DATA", str(data_root))
+    monkeypatch.setattr(optimize_cmd, "make_lm", lambda args: DummyLM([leaky, leaky]))
+    code = main(["distill", "--setting", "workspace", "--backbone", "dummy", "--max-cases", "1", "--attempts", "2",
+                 "--no-track"])
+    captured = capsys.readouterr()
+    assert code == 1
+    assert "0 passed the abstraction check, 1 failed and were dropped" in captured.out
+    assert "no template passed the abstraction check" in captured.err
+    assert not (tmp_path / "programs" / "workspace" / "dummy" / "templates.json").exists()

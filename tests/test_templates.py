@@ -11,7 +11,14 @@ from routed_lm import RoutedLM, shared_instances
 
 from tide_dspy.schemas import Template
 from tide_dspy.settings import get_setting
-from tide_dspy.templates import Distiller, TemplateLibrary, distill_library, solved_demos, template_id
+from tide_dspy.templates import (
+    Distiller,
+    TemplateLibrary,
+    distill_library,
+    distill_one,
+    solved_demos,
+    template_id,
+)
 
 
 def tpl(i: int, name: str, pattern: str, source: str | None = None) -> Template:
@@ -44,28 +51,53 @@ def test_distill_library_makes_one_template_per_solved_problem():
     lm = RoutedLM(instances)
     library = distill_library(instances, "workspace", lm=lm, progress=False)
     n_problems = sum(len(i.problems) for i in instances)
-    assert lm.calls == n_problems
-    assert library.meta["cases"] == n_problems and library.meta["failures"] == []
+    assert library.meta["lm_usage"]["calls"] == n_problems  # every draft passes the check the first time
+    assert library.meta["cases"] == library.meta["passed"] == n_problems and library.meta["failures"] == []
     assert len(library) == n_problems - library.meta["merges"]
     assert library.ids[0] == "ws-t01"
     assert {t.source_case for t in library} <= {p.problem_id for i in instances for p in i.problems}
     assert all(t.setting == "workspace" and t.evidence_flow for t in library)
+    checks = library.meta["abstraction"]
+    assert checks["mean_score"] == checks["draft_mean_score"] == 1.0
+    assert set(checks["templates"]) == set(library.ids) and all(c["source_keys"] for c in checks["templates"].values())
 
 
-def test_failed_distillations_are_retried_a_bounded_number_of_times_then_recorded(workspace_instance):
-    instance = workspace_instance.model_copy(update={"problems": workspace_instance.problems[:2]})
-    good = {"template": {"name": "Approval never recorded", "pattern": "said yes, system says pending",
-                         "evidence_flow": ["claim", "record"]}}
-    empty = {"template": {"name": "", "pattern": "", "evidence_flow": []}}
-    # case 1: unusable, unusable, good; case 2: unusable three times (max_retries=2 -> 3 attempts).
-    lm = DummyLM([empty, empty, good, empty, empty, empty, good])
-    library = distill_library([instance], "workspace", lm=lm, max_retries=2, progress=False)
-    assert len(lm.history) == 6
+LEAKY = {"template": {"name": "Gregory Hale never e-signed", "pattern": "REQ-26-0412 waits on the CFO until 3/13",
+                      "evidence_flow": ["find the request still pending in the tracker",
+                                        "join it with the email saying it was approved"]}}
+ABSTRACT = {"template": {"name": "Verbal approval never recorded",
+                         "pattern": "an approver said yes aloud but the system of record still waits on a signature",
+                         "evidence_flow": ["find a request still pending in the tracker",
+                                           "join it with a message saying it was approved"]}}
+EMPTY = {"template": {"name": "", "pattern": "", "evidence_flow": []}}
+
+
+def test_refine_retries_with_the_leaked_tokens_as_hint_until_the_check_passes(workspace_instance):
+    problem = workspace_instance.problems[0]  # the REQ-26-0412 case
+    lm = DummyLM([LEAKY, ABSTRACT])
+    outcome = distill_one(Distiller("workspace"), workspace_instance, problem, attempts=3, lm=lm)
+    assert outcome.passed and outcome.draft.name == "Verbal approval never recorded"
+    assert outcome.scores == [0.2, 1.0]  # four leaks, then none; no third attempt
+    first, second = (e["messages"][-1]["content"] for e in outcome.history)
+    assert "hint_" not in first
+    hint = second.split("[[ ## hint_ ## ]]")[1]
+    assert all(token in hint for token in ("'Gregory'", "'Hale'", "'REQ-26-0412'", "'3/13'"))
+
+
+def test_templates_that_never_pass_are_dropped_and_counted(workspace_instance):
+    instance = workspace_instance.model_copy(update={"problems": workspace_instance.problems[:3]})
+    # case 1: leaky, leaky, abstract (kept); case 2: leaky three times (dropped); case 3: empty three times.
+    lm = DummyLM([LEAKY, LEAKY, ABSTRACT, LEAKY, LEAKY, LEAKY, EMPTY, EMPTY, EMPTY])
+    library = distill_library([instance], "workspace", lm=lm, attempts=3, progress=False)
+    assert library.meta["lm_usage"]["calls"] == 9
     assert [t.source_case for t in library] == [instance.problems[0].problem_id]
-    assert library.meta["failures"] == [{"source_case": instance.problems[1].problem_id,
-                                         "error": "empty name or pattern"}]
-    # Retries change the request (rollout id, temperature) so they cannot be served from the cache.
-    assert lm.history[1]["kwargs"].get("rollout_id") == 1
+    assert (library.meta["passed"], library.meta["failed"]) == (1, 2)
+    dropped, empty = library.meta["failures"]
+    assert dropped["source_case"] == instance.problems[1].problem_id and dropped["score"] < 1
+    assert "3/13" in {lk["token"] for lk in dropped["leaks"]}  # a date of that case too
+    assert empty == {"source_case": instance.problems[2].problem_id, "error": "empty name or pattern"}
+    assert library.meta["abstraction"]["mean_score"] == 1.0
+    assert library.meta["abstraction"]["draft_mean_score"] < 1.0
 
 
 def test_distill_library_refuses_a_split_without_solved_problems(workspace_instance):
@@ -81,11 +113,33 @@ def test_merge_near_duplicates_on_name_and_pattern():
         tpl(3, "Approval not recorded verbal", "an approval given aloud never reached the record system of"),
         tpl(4, "Verbal approval not recorded", "a contract expires before the event that depends on it"),
         tpl(5, "Stale metrics in briefing", "a leadership briefing double counts a metric"),
+        # Same meaning in more words: the token-set ratio ignores the extra ones.
+        tpl(6, "Stale metrics in the leadership briefing", "a leadership briefing double counts a metric that "
+                                                            "was revised since"),
     ], "workspace")
-    assert library.merge_near_duplicates() == 2
+    assert library.merge_near_duplicates() == 3
     assert library.ids == ["ws-t01", "ws-t04", "ws-t05"]
     assert [m["id"] for m in library.meta["merged"]["ws-t01"]] == ["ws-t02", "ws-t03"]
+    assert [m["id"] for m in library.meta["merged"]["ws-t05"]] == ["ws-t06"]
     assert library.merge_near_duplicates() == 0
+
+
+def test_cap_keeps_the_most_general_templates_in_library_order():
+    library = TemplateLibrary([tpl(i, f"name {i}", f"pattern {i}") for i in range(1, 6)], "workspace",
+                              {"merged": {"ws-t04": [{"id": "ws-t09", "source_case": "c"}]}})
+    assert library.cap(10) == []
+    assert library.cap(3) == ["ws-t03", "ws-t05"]
+    assert library.ids == ["ws-t01", "ws-t02", "ws-t04"]
+    with pytest.raises(ValueError, match="max_templates"):
+        library.cap(0)
+
+
+def test_distill_library_caps_the_library(workspace_instance):
+    instance = workspace_instance.model_copy(update={"problems": workspace_instance.problems[:3]})
+    lm = RoutedLM([instance])
+    library = distill_library([instance], "workspace", lm=lm, max_templates=2, progress=False)
+    assert len(library) == 2 and library.meta["capped"] == ["ws-t03"]
+    assert set(library.meta["abstraction"]["templates"]) == {"ws-t01", "ws-t02"}
 
 
 def test_library_round_trips_through_json(tmp_path):
@@ -144,5 +198,6 @@ def test_repository_cases_distill_to_repo_ids(repository_instance):
     lm = RoutedLM([repository_instance])
     library = distill_library([repository_instance], "repository", lm=lm, progress=False, merge_threshold=None)
     assert library.ids[0] == "repo-t001" and len(library) == len(repository_instance.problems)
-    sent = lm.history[0]["messages"][-1]["content"]
+    outcome = distill_one(Distiller("repository"), repository_instance, repository_instance.problems[0], lm=lm)
+    sent = outcome.history[0]["messages"][-1]["content"]
     assert repository_instance.problems[0].patch.splitlines()[0] in sent  # the resolution is the gold patch

@@ -203,3 +203,28 @@ def load_program(path_or_uri: str | Path) -> DiscoveryProgram:
     program.tide_extra = state.get("tide_extra", {})
     program.source_path = str(path)
     return program
+
+
+def replace_templates(program_path: str | Path, library_path: str | Path | None) -> Path:
+    """Give a saved TIDE program another template library (None: no templates), keeping its compiled
+    instructions and config.
+
+    tide_extra records the library it now holds and that its validation scores were measured with the earlier
+    one. Used when a library is re-distilled after the program was compiled."""
+    from tide_dspy.templates import TemplateLibrary
+
+    program = load_program(program_path)
+    if getattr(program, "guidance", None) != "templates":
+        raise ValueError(f"{program_path}: not a TIDE program with templates (guidance={program.guidance!r})")
+    library = TemplateLibrary.load(library_path) if library_path is not None else TemplateLibrary()
+    if library.setting and library.setting != program.setting_name:
+        raise ValueError(f"{library_path}: a {library.setting} library, but {program_path} is a "
+                         f"{program.setting_name} program")
+    previous = [t.id for t in program.templates]
+    program.templates = list(library.templates)
+    extra = {**program.tide_extra, "templates_path": str(library_path) if library_path is not None else None,
+             "templates_replaced": {"previous_ids": previous, "note": "validation scores were measured with the "
+                                                                     "previous library"}}
+    extra.pop("method", None)
+    extra.pop("dspy_version", None)
+    return save_program(program, program_path, extra=extra)

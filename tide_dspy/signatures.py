@@ -86,8 +86,11 @@ class ScanFunction(dspy.Signature):
 class DistillWorkspaceTemplate(dspy.Signature):
     """From one solved workspace case, write a reusable thought template for this class of problem.
     Abstract away every name, date, organisation, number and identifier: the template must help find the
-    same kind of problem in a different workspace. The evidence flow lists, in order, the signals to look
-    for in emails, documents and calendar entries, and how joining them reveals the problem."""
+    same kind of problem in a different workspace. Speak of roles (the requester, the approver, a vendor)
+    and kinds of artifact (a tracker export, a calendar hold), never of the case's own people, products, ids,
+    amounts or dates, and do not copy its sentences. The evidence flow lists, in order, the signals to look
+    for in emails, documents and calendar entries, and how joining them reveals the problem; each step is a
+    sentence, not an artifact id."""
 
     case_context: str = dspy.InputField(desc="the artifacts that evidence the problem")
     problem: str = dspy.InputField(desc="the problem that was found")
@@ -97,8 +100,11 @@ class DistillWorkspaceTemplate(dspy.Signature):
 
 class DistillRepositoryTemplate(dspy.Signature):
     """From one solved bug, write a reusable thought template for this class of bug. Abstract away project,
-    function and variable names: the template must help find the same kind of bug in other code. The
-    evidence flow lists, in order, the code signals to look for and how they combine into the bug."""
+    function and variable names: the template must help find the same kind of bug in other code. Describe
+    the kind of code and the mistake (a loop bound off by one, a cache that is never invalidated), never the
+    case's own identifiers, file paths, line numbers or error messages, and do not copy the issue's sentences.
+    The evidence flow lists, in order, the code signals to look for and how they combine into the bug; each
+    step is a sentence, not a function name."""
 
     case_context: str = dspy.InputField(desc="the buggy functions")
     problem: str = dspy.InputField(desc="the issue report")

@@ -1,7 +1,8 @@
 """Thought templates: distilled from solved training cases, kept in a JSON library, shown to TIDE at inference.
 
-One distillation call per solved training problem. Near-duplicate templates (same name and pattern up to
-wording) are merged so the library stays small enough to fit in the context window.
+One distillation per solved training problem, retried under dspy.Refine until the abstraction check passes
+(tide_dspy.refinement); a template that never passes is dropped and counted. Near-duplicate templates are merged
+and the library is capped so it stays small enough to fit in the context window.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import random
+import statistics
 from dataclasses import dataclass, field
 from itertools import zip_longest
 from pathlib import Path
@@ -18,14 +20,19 @@ from pydantic import ValidationError
 from rapidfuzz import fuzz, utils
 from tqdm.auto import tqdm
 
+from tide_dspy.abstraction import case_text, source_keys
+from tide_dspy.backbones.usage import entries_usage
 from tide_dspy.data.records import read_json_file
-from tide_dspy.schemas import GoldProblem, Instance, Template, TemplateDraft
+from tide_dspy.refinement import Refined, refine_template
+from tide_dspy.schemas import GoldProblem, Instance, Template
 from tide_dspy.settings import Setting, get_setting
 
 log = logging.getLogger(__name__)
 
 ID_PREFIX = {"workspace": ("ws-t", 2), "repository": ("repo-t", 3)}
-DEFAULT_MERGE_THRESHOLD = 88.0
+DEFAULT_MERGE_THRESHOLD = 80.0
+DEFAULT_MAX_TEMPLATES = 32  # the paper's libraries hold a few dozen; this many fit the small backbones' context
+DEFAULT_ATTEMPTS = 3
 
 
 def template_id(setting: str, number: int, total: int = 0) -> str:
@@ -55,9 +62,10 @@ class Distiller(dspy.Module):
     def setting(self) -> Setting:
         return get_setting(self.setting_name)
 
-    def forward(self, instance: Instance, problem: GoldProblem, config: dict | None = None) -> dspy.Prediction:
-        case = self.setting.solved_case(instance, problem)
-        return self.distill(**case, config=config or {})
+    def forward(self, case_instance: Instance, problem: GoldProblem) -> dspy.Prediction:
+        # Not `instance`: DSPy's callback wrapper of Module.__call__ takes that name, so Refine's keyword call
+        # would collide with it.
+        return self.distill(**self.setting.solved_case(case_instance, problem))
 
 
 @dataclass
@@ -113,10 +121,12 @@ class TemplateLibrary:
 
     # ---- editing ----
     def merge_near_duplicates(self, threshold: float = DEFAULT_MERGE_THRESHOLD) -> int:
-        """Drop templates whose name and pattern nearly repeat an earlier one; return how many were merged.
+        """Drop templates whose name and pattern say what an earlier one says; return how many were merged.
 
-        Similarity is rapidfuzz's token-sort ratio (0-100, ignoring case and punctuation), on the name and on the pattern separately; both must
-        reach `threshold`. The kept template records the source cases it absorbed in meta["merged"].
+        Similarity is rapidfuzz's token-set ratio (0-100) after lower-casing and dropping punctuation: word order
+        and extra words do not count, so "Approval given verbally, never recorded" and "verbal approval never
+        recorded in the system of record" can meet. Name and pattern must each reach `threshold`. The kept
+        template records the source cases it absorbed in meta["merged"].
         """
         kept: list[Template] = []
         merged = dict(self.meta.get("merged") or {})
@@ -132,6 +142,20 @@ class TemplateLibrary:
             self.meta["merged"] = merged
         return n
 
+    def cap(self, max_templates: int) -> list[str]:
+        """Keep at most max_templates, preferring those that absorbed the most cases when merging (the most
+        general), then library order; return the ids dropped."""
+        if max_templates < 1:
+            raise ValueError(f"max_templates must be >= 1, got {max_templates}")
+        if len(self.templates) <= max_templates:
+            return []
+        merged = self.meta.get("merged") or {}
+        ranked = sorted(range(len(self.templates)), key=lambda i: (-len(merged.get(self.templates[i].id, [])), i))
+        keep = set(ranked[:max_templates])
+        dropped = [t.id for i, t in enumerate(self.templates) if i not in keep]
+        self.templates = [t for i, t in enumerate(self.templates) if i in keep]
+        return dropped
+
     def subset(self, n: int, seed: int = 0) -> TemplateLibrary:
         """n templates drawn with a fixed seed, in library order: the pool-size experiments' libraries."""
         if n < 0:
@@ -144,40 +168,22 @@ class TemplateLibrary:
 
 
 def _near_duplicate(a: Template, b: Template, threshold: float) -> bool:
-    def similar(x: str, y: str) -> bool:  # case, punctuation and word order do not count
-        return fuzz.token_sort_ratio(x, y, processor=utils.default_process) >= threshold
+    def similar(x: str, y: str) -> bool:
+        return fuzz.token_set_ratio(x, y, processor=utils.default_process) >= threshold
 
     return similar(a.name, b.name) and similar(a.pattern, b.pattern)
 
 
-def _usable(draft: TemplateDraft | None) -> str | None:
-    """Why a draft cannot become a template, or None when it can."""
-    if draft is None:
-        return "no template in the output"
-    if not draft.name.strip() or not draft.pattern.strip():
-        return "empty name or pattern"
-    if not [s for s in draft.evidence_flow if s.strip()]:
-        return "empty evidence flow"
-    return None
-
-
-def distill_one(distiller: Distiller, instance: Instance, problem: GoldProblem, max_retries: int = 2
-                ) -> tuple[TemplateDraft | None, str | None]:
-    """One solved case -> a draft, retrying unusable output a bounded number of times (never raises for LM output)."""
-    error = None
-    for attempt in range(max_retries + 1):
-        # A retry must not hit the cache entry of the output that just failed.
-        config = {"rollout_id": attempt, "temperature": 0.7} if attempt else {}
-        try:
-            draft = distiller(instance, problem, config=config).template
-            error = _usable(draft)
-        except Exception as exc:  # noqa: BLE001 - adapter/LM failures are recorded, never fatal
-            draft, error = None, f"{type(exc).__name__}: {str(exc)[:300]}"
-        if error is None:
-            return draft, None
-        log.warning("distillation of %s unusable (attempt %d/%d): %s", problem.problem_id, attempt + 1,
-                    max_retries + 1, error)
-    return None, error
+def distill_one(distiller: Distiller, instance: Instance, problem: GoldProblem, attempts: int = DEFAULT_ATTEMPTS,
+                lm: dspy.LM | None = None) -> Refined:
+    """One solved case -> its best draft under dspy.Refine, checked for abstraction (see tide_dspy.refinement)."""
+    if attempts < 1:
+        raise ValueError(f"attempts must be >= 1, got {attempts}")
+    outcome = refine_template(distiller, instance, problem, attempts=attempts, lm=lm)
+    if not outcome.passed:
+        why = outcome.error or "; ".join(str(lk) for lk in outcome.report.leaks)
+        log.warning("distillation of %s dropped after %d attempt(s): %s", problem.problem_id, attempts, why[:300])
+    return outcome
 
 
 def distill_library(
@@ -185,14 +191,18 @@ def distill_library(
     setting: str,
     *,
     distiller: Distiller | None = None,
-    max_retries: int = 2,
+    attempts: int = DEFAULT_ATTEMPTS,
     merge_threshold: float | None = DEFAULT_MERGE_THRESHOLD,
+    max_templates: int | None = DEFAULT_MAX_TEMPLATES,
     progress: bool = True,
     lm: dspy.LM | None = None,
 ) -> TemplateLibrary:
-    """Distill one template per solved training problem, then merge near-duplicates (unless threshold is None).
+    """Distill one template per solved training problem, keep those that pass the abstraction check, merge
+    near-duplicates (unless merge_threshold is None) and cap the library at max_templates (None: no cap).
 
-    meta records: cases (attempted), distilled, failures [{source_case, error}], merges.
+    meta records: cases (attempted), passed, failed, failures [{source_case, error | score and leaks}], merges,
+    capped, abstraction (the kept templates' checks and their source cases' specific tokens, the mean score of
+    the library and of every case's best draft), lm_usage (the backbone's calls, Refine's copies included).
     """
     get_setting(setting)
     distiller = distiller or Distiller(setting)
@@ -200,25 +210,44 @@ def distill_library(
     if not cases:
         raise ValueError(f"no solved {setting} problems to distill among {len(instances)} instances "
                          "(is this the train split of the right setting?)")
-    templates, failures = [], []
+    templates, failures, checks, best_scores, entries = [], [], {}, [], []
     bar = tqdm(cases, desc=f"distill {setting}", unit="case", disable=not progress)
-    with dspy.context(**({"lm": lm} if lm is not None else {})):
-        for instance, problem in bar:
-            draft, error = distill_one(distiller, instance, problem, max_retries)
-            if draft is None:
-                failures.append({"source_case": problem.problem_id, "error": error})
-            else:
-                templates.append(Template(
-                    id=template_id(setting, len(templates) + 1, len(cases)),
-                    name=draft.name.strip(), pattern=draft.pattern.strip(),
-                    evidence_flow=list(dict.fromkeys(s.strip() for s in draft.evidence_flow if s.strip())),
-                    setting=setting, source_case=problem.problem_id,
-                ))
-            bar.set_postfix(ok=len(templates), failed=len(failures))
+    for instance, problem in bar:
+        outcome = distill_one(distiller, instance, problem, attempts, lm=lm)
+        entries += outcome.history
+        best_scores.append(outcome.report.score if outcome.report else 0.0)
+        if outcome.passed:
+            draft = outcome.draft
+            template = Template(
+                id=template_id(setting, len(templates) + 1, len(cases)),
+                name=draft.name.strip(), pattern=draft.pattern.strip(),
+                evidence_flow=list(dict.fromkeys(s.strip() for s in draft.evidence_flow if s.strip())),
+                setting=setting, source_case=problem.problem_id,
+            )
+            templates.append(template)
+            case = distiller.setting.solved_case(instance, problem)
+            checks[template.id] = {**outcome.report.to_dict(), "attempts": len(outcome.scores),
+                                   "source_keys": sorted(source_keys(case_text(case)))}
+        elif outcome.report is None:
+            failures.append({"source_case": problem.problem_id, "error": outcome.error})
+        else:
+            failures.append({"source_case": problem.problem_id, "score": outcome.report.score,
+                             "leaks": outcome.report.to_dict()["leaks"]})
+        bar.set_postfix(passed=len(templates), failed=len(failures))
     library = TemplateLibrary(templates, setting, {
-        "cases": len(cases), "distilled": len(templates), "failures": failures,
+        "cases": len(cases), "passed": len(templates), "failed": len(failures), "failures": failures,
+        "attempts": attempts,
     })
     library.meta["merges"] = library.merge_near_duplicates(merge_threshold) if merge_threshold is not None else 0
+    library.meta["capped"] = library.cap(max_templates) if max_templates is not None else []
+    kept = {t.id for t in library}
+    library.meta["abstraction"] = {
+        "mean_score": round(statistics.fmean(checks[i]["score"] for i in kept), 4) if kept else None,
+        "draft_mean_score": round(statistics.fmean(best_scores), 4),
+        "templates": {i: c for i, c in checks.items() if i in kept},
+    }
+    model = getattr(lm or distiller.get_lm() or dspy.settings.lm, "model", "lm")
+    library.meta["lm_usage"] = entries_usage(entries, model)
     return library
 
 

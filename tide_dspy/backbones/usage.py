@@ -38,11 +38,15 @@ def lm_usage(lm, mark: str | None = None) -> dict | None:
     """Calls, tokens and cost of the LM since `mark`: the summary written to lm_usage.json and MLflow."""
     if lm is None:
         return None
-    entries = entries_since(lm, mark)
+    return entries_usage(entries_since(lm, mark), getattr(lm, "model", type(lm).__name__))
+
+
+def entries_usage(entries: list[dict], model: str) -> dict:
+    """Calls, tokens and cost of these history entries (e.g. those of an LM's copies, kept by a module)."""
     prompt, completion = usage_tokens(entries)
     costs = [e["cost"] for e in entries if e.get("cost") is not None]
     return {
-        "model": getattr(lm, "model", type(lm).__name__),
+        "model": model,
         "calls": len(entries),
         "prompt_tokens": prompt,
         "completion_tokens": completion,

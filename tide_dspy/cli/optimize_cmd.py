@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
+import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -77,8 +78,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     d = subparsers.add_parser("distill", help="distill a template library from solved training problems")
     _data_options(d, "train")
     d.add_argument("--max-cases", type=positive_int, default=None, help="at most N solved problems")
-    d.add_argument("--merge-threshold", type=float, default=88.0,
-                   help="rapidfuzz similarity (0-100) of name and pattern above which templates merge")
+    d.add_argument("--attempts", type=positive_int, default=3,
+                   help="dspy.Refine attempts per case until the abstraction check passes; a template that still "
+                        "fails is dropped and counted (default: 3)")
+    d.add_argument("--merge-threshold", type=float, default=80.0,
+                   help="rapidfuzz token-set similarity (0-100) of name and of pattern at which templates merge")
+    d.add_argument("--max-templates", type=positive_int, default=32,
+                   help="cap on the library size, so it fits the context (default: 32; the paper's hold a few dozen)")
     _output_options(d)
     d.set_defaults(func=run_distill)
 
@@ -221,7 +227,6 @@ def _artifact(path: Path, folder: str | None = None) -> None:
 
 def run_distill(args: argparse.Namespace) -> int:
     from tide_dspy.templates import distill_library, solved_cases
-    from tide_dspy.backbones.usage import lm_usage, usage_mark
     from tide_dspy.tracking import dataset_hash, log_usage, tracked_run
 
     setting = args.setting
@@ -231,28 +236,39 @@ def run_distill(args: argparse.Namespace) -> int:
     lm = make_lm(args)
     out = program_dir(args, setting) / "templates.json"
     params = {**_base_params(args, instances, lm), "merge_threshold": args.merge_threshold,
-              "cases": len(solved_cases(instances))}
+              "attempts": args.attempts, "max_templates": args.max_templates, "cases": len(solved_cases(instances))}
     with tracked_run("distill", setting=setting, backbone=args.backbone, params=params, uri=args.tracking_uri,
                      enabled=not args.no_track):
-        t0, mark = time.perf_counter(), usage_mark(lm)
-        library = distill_library(instances, setting, lm=lm, merge_threshold=args.merge_threshold)
+        t0 = time.perf_counter()
+        library = distill_library(instances, setting, lm=lm, attempts=args.attempts,
+                                  merge_threshold=args.merge_threshold, max_templates=args.max_templates)
         seconds = round(time.perf_counter() - t0, 1)
         library.meta.update(backbone=args.backbone, dataset_hash=dataset_hash(instances), seconds=seconds)
-        library.save(out)
-        usage = {"backbone": lm_usage(lm, mark)}
-        record_provenance(args, out.parent, out.name, seconds=seconds, templates=len(library),
-                          merges=library.meta["merges"], failures=len(library.meta["failures"]))
+        meta, scores = library.meta, library.meta["abstraction"]
+        counts = {"cases": meta["cases"], "passed": meta["passed"], "failed": meta["failed"],
+                  "merges": meta["merges"], "capped": len(meta["capped"]), "templates": len(library)}
+        if len(library):
+            library.save(out)
+            record_provenance(args, out.parent, out.name, seconds=seconds, **counts,
+                              mean_abstraction_score=scores["mean_score"],
+                              draft_mean_abstraction_score=scores["draft_mean_score"])
         if not args.no_track:
             import mlflow
 
-            mlflow.log_metrics({"templates": len(library), "merges": library.meta["merges"],
-                                "failures": len(library.meta["failures"]), "cases": library.meta["cases"],
-                                "seconds": seconds})
-            log_usage(usage)
+            mlflow.log_metrics({**counts, "seconds": seconds, "draft_mean_abstraction_score": scores["draft_mean_score"],
+                                **({"mean_abstraction_score": scores["mean_score"]}
+                                   if scores["mean_score"] is not None else {})})
+            log_usage({"backbone": meta["lm_usage"]})
+            mlflow.log_dict({"failures": meta["failures"]}, "distill_failures.json")
             _artifact(out)
-    print(f"{len(library)} templates from {library.meta['cases']} solved cases "
-          f"({library.meta['merges']} near-duplicates merged, {len(library.meta['failures'])} failed) "
-          f"in {seconds}s -> {out}")
+    print(f"{len(library)} templates from {meta['cases']} solved cases: {meta['passed']} passed the abstraction "
+          f"check, {meta['failed']} failed and were dropped, {meta['merges']} merged, {len(meta['capped'])} capped; "
+          f"mean abstraction score {scores['mean_score']} (best drafts of all cases: {scores['draft_mean_score']}) "
+          f"in {seconds}s -> {out if len(library) else 'nothing written'}")
+    if not len(library):
+        print(f"no template passed the abstraction check, so {out} is left as it was; the failures and their "
+              f"leaked tokens are logged above (try more --attempts or a larger backbone)", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -1,0 +1,84 @@
+"""Every shipped template library is abstract: no template carries a specific token of its source case.
+
+Each library stores, per template, the specific tokens of its source case (meta.abstraction.templates[id].
+source_keys), so the check runs without the benchmark data; where the data is present the tokens are recomputed
+from the case itself and copied passages are checked as well. A library that regresses fails here.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from tide_dspy.abstraction import case_text, check, source_keys
+from tide_dspy.templates import TemplateLibrary
+
+ROOT = Path(__file__).resolve().parents[1]
+LIBRARIES = sorted((ROOT / "programs").glob("*/*/templates.json"))
+SHARED_DATA = Path(os.environ.get("TIDE_SHARED_DATA", ROOT.parent / "shared" / "data"))
+
+
+def _label(path: Path) -> str:
+    return str(path.relative_to(ROOT))
+
+
+def test_there_are_shipped_libraries():
+    assert {p.parent.parent.name for p in LIBRARIES} == {"workspace", "repository"}
+
+
+@pytest.mark.parametrize("path", LIBRARIES, ids=_label)
+def test_shipped_library_carries_no_specific_token_of_its_source_cases(path):
+    library = TemplateLibrary.load(path)
+    assert len(library) > 0, f"{_label(path)} is empty"
+    checks = library.meta.get("abstraction", {}).get("templates", {})
+    for t in library:
+        assert t.id in checks and checks[t.id]["source_keys"], \
+            f"{_label(path)}: {t.id} has no stored source tokens; re-distill with `tide distill`"
+        report = check(t.name, t.pattern, t.evidence_flow, keys=set(checks[t.id]["source_keys"]))
+        assert report.passed, f"{_label(path)}: {t.id} carries {[str(lk) for lk in report.leaks]}"
+        assert checks[t.id]["score"] == 1.0 and checks[t.id]["leaks"] == []
+    assert library.meta["abstraction"]["mean_score"] == 1.0
+
+
+@pytest.mark.parametrize("path", LIBRARIES, ids=_label)
+def test_shipped_library_against_its_source_cases_in_the_data(path):
+    from tide_dspy.data import load_instances
+    from tide_dspy.settings import get_setting
+    from tide_dspy.templates import solved_cases
+
+    library = TemplateLibrary.load(path)
+    setting = library.setting
+    if not (SHARED_DATA / setting).exists():
+        pytest.skip(f"benchmark data not found at {SHARED_DATA / setting}; set TIDE_SHARED_DATA (the stored "
+                    "source tokens are checked without it)")
+    wanted = {t.source_case for t in library}
+    cases = {}
+    for instance in load_instances(SHARED_DATA / setting, setting=setting, split="train"):
+        for inst, problem in solved_cases([instance]):
+            if problem.problem_id in wanted:
+                cases[problem.problem_id] = case_text(get_setting(setting).solved_case(inst, problem))
+    for t in library:
+        assert t.source_case in cases, f"{_label(path)}: {t.id}'s source case {t.source_case} is not in the data"
+        source = cases[t.source_case]
+        report = check(t.name, t.pattern, t.evidence_flow, source=source)
+        assert report.passed, f"{_label(path)}: {t.id} carries {[str(lk) for lk in report.leaks]}"
+        stored = set(library.meta["abstraction"]["templates"][t.id]["source_keys"])
+        assert stored == source_keys(source), f"{_label(path)}: {t.id}'s stored source tokens are stale"
+
+
+PROGRAMS = sorted((ROOT / "programs").glob("*/*/*.json"))
+
+
+@pytest.mark.parametrize("path", [p for p in PROGRAMS if p.name not in ("templates.json", "provenance.json",
+                                                                         "tune.json")], ids=_label)
+def test_templates_inside_shipped_programs_are_those_of_the_shipped_library(path):
+    import json
+
+    embedded = (json.loads(path.read_text()).get("tide_config") or {}).get("templates") or []
+    library_path = path.parent / "templates.json"
+    shipped = {t.id: t.model_dump() for t in TemplateLibrary.load(library_path)} if library_path.exists() else {}
+    for raw in embedded:
+        assert shipped.get(raw["id"]) == raw, (f"{_label(path)} embeds template {raw['id']}, which is not the "
+                                               f"checked one of {_label(library_path)}; recompile the program")
