@@ -26,7 +26,9 @@ def template_text(template) -> str:
 
 def instance_text(setting, instance) -> str:
     """Everything the round shows the model about this instance (context, profile, actions), templates aside."""
-    inputs = setting.round_inputs(instance, guidance="", found=[], max_new=1)
+    from tide_dspy.settings import ContextView
+
+    inputs = setting.round_inputs(instance, ContextView.of(instance), guidance="", found=[], max_new=1)
     return "\n\n".join(str(v) for k, v in inputs.items() if k != "templates")
 
 
