@@ -96,10 +96,13 @@ def grammar_speed(backbone: str, lm_args: dict, text: str, schemas: dict[str, di
             # The engines share one Llama, so the prompt is evaluated once; generation time excludes prompt eval.
             response = engine.complete(request)
             c = engine.calls[-1]
-            rates[label] = c.output_tokens / c.generation_seconds if c.generation_seconds else None
+            # llama.cpp's own generation timer counts decoding only; the grammar runs in sampling, so the time to
+            # write is the call's wall time less its prompt evaluation.
+            seconds = c.wall_seconds - (c.prompt_seconds or 0.0)
+            rates[label] = c.output_tokens / seconds if seconds > 0 else None
             texts[label] = response.message.text if hasattr(response.message, "text") else str(response.message)
             rows.append(dict(schema=schema_name, mode=label, output_tokens=c.output_tokens,
-                             gen_seconds=round(c.generation_seconds, 2), gen_tok_s=round(rates[label], 1),
+                             gen_seconds=round(seconds, 2), gen_tok_s=round(rates[label], 1),
                              grammar_fallbacks=c.grammar_fallbacks))
         free = rates["free"]
         for r in rows[-3:]:
