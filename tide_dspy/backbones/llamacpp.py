@@ -96,15 +96,6 @@ def _tokens(llama) -> list[int]:
     return ids.tolist() if hasattr(ids, "tolist") else list(ids)
 
 
-def _common_prefix(a, b) -> int:
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n
-
-
 def _perf(llama) -> tuple[float, float] | None:
     """(prompt-eval seconds, generation seconds) since the last reset, from llama.cpp's own counters."""
     try:
@@ -282,7 +273,7 @@ class LlamaCppEngine:
         usage = raw.get("usage") or {}
         prompt_tokens = int(usage.get("prompt_tokens") or 0)
         output_tokens = int(usage.get("completion_tokens") or 0)
-        reused = min(_common_prefix(before, after[:prompt_tokens]), prompt_tokens)
+        reused = min(prompt_cache.common_prefix(before, after[:prompt_tokens]), prompt_tokens)
         finish = "length" if choice.get("finish_reason") == "length" else "stop"
         self.calls.append(CallStats(
             prompt_tokens=prompt_tokens, output_tokens=output_tokens, reused_tokens=reused,

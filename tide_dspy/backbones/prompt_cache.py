@@ -85,14 +85,14 @@ class PromptCache:
     def restore(self, llama, prompt: list[int]) -> int:
         """Load the entry with the longest prefix of `prompt` if it beats what llama holds; the tokens loaded."""
         t0 = time.perf_counter()
-        held = _common_prefix(llama.input_ids[: llama.n_tokens].tolist(), prompt)
+        held = common_prefix(llama.input_ids[: llama.n_tokens].tolist(), prompt)
         best, best_len = None, 0
         for tokens_path in self.folder.glob("*.tokens.npy"):
             try:
                 tokens = np.load(tokens_path, allow_pickle=False)
             except (OSError, ValueError):
                 continue
-            n = _common_prefix(tokens.tolist(), prompt)
+            n = common_prefix(tokens.tolist(), prompt)
             if n > best_len:
                 best, best_len = (tokens_path, tokens), n
         if best is None or best_len <= held + 1:
@@ -125,7 +125,7 @@ class PromptCache:
         """After a call (`raw`: its chat completion; `before`: the tokens llama held before it): store the state
         when the prompt's freshly evaluated tail was long enough to be worth a file."""
         prompt = int((raw.get("usage") or {}).get("prompt_tokens") or 0)
-        reused = max(_common_prefix(before, llama.input_ids[:prompt].tolist()), self.restored)
+        reused = max(common_prefix(before, llama.input_ids[:prompt].tolist()), self.restored)
         return self.store(llama, prompt - reused)
 
     def store(self, llama, new_tokens: int) -> Path | None:
@@ -181,7 +181,8 @@ class _Hook:
         raise KeyError("restored by tide's prompt cache (or nothing to restore)")
 
 
-def _common_prefix(a, b) -> int:
+def common_prefix(a, b) -> int:
+    """How many leading tokens two token sequences share."""
     n = 0
     for x, y in zip(a, b):
         if x != y:
