@@ -97,3 +97,13 @@ def test_scan_settings_are_saved_and_loaded_with_the_program(tmp_path, repo):
     assert loaded.scanner is not None and loaded.focus_size == 3
     assert loaded.scanner.rate.signature.instructions == "Rate harshly."
     assert TIDE("repository").scanner is None
+
+
+def test_a_rating_is_kept_from_an_answer_that_fails_after_it(repo):
+    answers = scan_answers()
+    answers[3] = {"suspicion": "7 (the reason was cut off", "template_id": "", "reason": ""}
+    lm = DummyLM([*answers, {"findings": []}])
+    with dspy.context(lm=lm, adapter=dspy.ChatAdapter(use_json_adapter_fallback=False)):
+        out = SingleAgent("repository", scan=True)(repo)
+    assert (out.scan.salvaged, out.scan.failures) == (1, 0)
+    assert out.scan.suspects[3].score == 7 and out.scan.ranked[2] == "pkg/mathx.py::clamp"

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import logging
 import random
+import re
 from dataclasses import dataclass
 
 import dspy
+from dspy.utils.exceptions import AdapterParseError
 from pydantic import BaseModel
 
 from tide_dspy.backbones.usage import entries_since, usage_mark, usage_tokens
@@ -24,6 +26,8 @@ from tide_dspy.settings import ContextView, get_setting
 log = logging.getLogger(__name__)
 
 SCAN_MAX_TOKENS = 64  # a digit, a template id and one sentence
+# The rating comes first in the answer, so an answer cut off in its reason still holds it.
+_RATING = re.compile(r"suspicion\W{0,12}(\d)")
 
 
 class Suspect(BaseModel):
@@ -45,6 +49,7 @@ class ScanRecord(BaseModel):
     input_tokens: int | None = None
     output_tokens: int | None = None
     failures: int = 0
+    salvaged: int = 0  # ratings read from an answer that failed to parse as a whole (cut off in its reason)
 
 
 @dataclass(frozen=True)
@@ -82,7 +87,7 @@ class Scanner(dspy.Module):
         setting = get_setting(self.setting_name)
         lm = self.rate.lm or dspy.settings.lm
         mark = usage_mark(lm)
-        suspects, failures = [], 0
+        suspects, failures, salvaged = [], 0, 0
         for artifact, handle in zip(view.artifacts, view.handles):
             try:
                 out = self.rate(templates=guidance, artifact=setting.render_artifact(artifact, handle),
@@ -90,6 +95,16 @@ class Scanner(dspy.Module):
                 suspects.append(Suspect(artifact_id=artifact.id, handle=handle, score=int(out.suspicion),
                                         template_id=str(out.template_id or "").strip(),
                                         reason=str(out.reason or "").strip()))
+            except AdapterParseError as exc:
+                rating = _RATING.search(exc.lm_response or "")
+                if rating is None:
+                    failures += 1
+                    suspects.append(Suspect(artifact_id=artifact.id, handle=handle, score=-1,
+                                            reason=f"unparseable: {str(exc)[:200]}"))
+                else:
+                    salvaged += 1
+                    suspects.append(Suspect(artifact_id=artifact.id, handle=handle, score=int(rating.group(1)),
+                                            reason="(answer cut off after the rating)"))
             except Exception as exc:  # noqa: BLE001 - a failed rating ranks last and is counted, never fatal
                 failures += 1
                 log.warning("scan of %s failed: %s", artifact.id, exc)
@@ -98,4 +113,4 @@ class Scanner(dspy.Module):
         entries = entries_since(lm, mark)
         tokens_in, tokens_out = usage_tokens(entries)
         return ScanRecord(suspects=suspects, lm_calls=len(entries), input_tokens=tokens_in, output_tokens=tokens_out,
-                          failures=failures)
+                          failures=failures, salvaged=salvaged)
