@@ -72,6 +72,7 @@ def test_each_round_reads_the_most_suspect_unfound_artifacts_in_full(repo):
     assert "- F2 · pkg/text.py::truncate: def truncate(s, n):" in round2
     assert [f.evidence for f in out.findings] == [["pkg/text.py::truncate"], ["pkg/cache.py::Cache.get"]]
     assert out.scan.lm_calls == len(repo.artifacts) and out.scan.ranked[0] == "pkg/text.py::truncate"
+    assert (out.scan.focus_size, out.scan.recall_at_focus) == (2, 1.0)  # both gold functions in the first two
 
 
 def test_a_failed_rating_ranks_last_and_is_counted(repo):

@@ -16,7 +16,7 @@ from dspy.utils.exceptions import AdapterParseError
 from rapidfuzz import fuzz
 
 from tide_dspy.backbones.usage import entries_since, usage_mark, usage_tokens
-from tide_dspy.scan import Ranking, Scanner, ScanRecord, rank
+from tide_dspy.scan import Ranking, Scanner, ScanRecord, rank, recall_at
 from tide_dspy.schemas import Finding, Instance, RoundRecord, Template
 from tide_dspy.settings import NO_GUIDANCE, ContextView, Hygiene, Setting, get_setting, render_templates
 
@@ -162,7 +162,8 @@ class DiscoveryProgram(dspy.Module):
             return None, None
         record = self.scanner(instance, self.view(instance), self.guidance_text())
         ranking = rank(record.suspects, f"{self.context_order_seed}:{instance.instance_id}")
-        record.ranked = list(ranking.ids)
+        record.ranked, record.focus_size = list(ranking.ids), self.focus_size
+        record.recall_at_focus = recall_at(record.ranked, instance, self.focus_size)
         return ranking, record
 
     def focus(self, ranking: Ranking | None, found) -> list[str] | None:

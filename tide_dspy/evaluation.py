@@ -24,7 +24,6 @@ import dspy
 from tqdm.auto import tqdm
 
 from tide_dspy import metrics
-from tide_dspy.scan import recall_at
 from tide_dspy.schemas import Instance
 
 log = logging.getLogger(__name__)
@@ -123,9 +122,7 @@ def _run_one(program, instance: Instance, judge, on_round) -> dict:
         pred = program(instance, on_round=on_round)
         findings, rounds = list(pred.findings), list(pred.rounds)
         if pred.get("scan") is not None:
-            focus = getattr(program, "focus_size", 8)
-            scan = {**pred.scan.model_dump(), "focus_size": focus,
-                    "recall_at_focus": recall_at(pred.scan.ranked, instance, focus)}
+            scan = pred.scan.model_dump()
         if rounds and all(r.failed for r in rounds):
             # Nothing the LM said was usable: an error row, so --resume runs the instance again.
             error = f"every round failed; last: {rounds[-1].error}"

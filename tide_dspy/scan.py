@@ -45,6 +45,8 @@ class ScanRecord(BaseModel):
 
     suspects: list[Suspect]
     ranked: list[str] = []  # artifact ids, most suspect first (see rank)
+    focus_size: int | None = None
+    recall_at_focus: float | None = None  # share of the gold evidence among the first focus_size (see recall_at)
     lm_calls: int = 0
     input_tokens: int | None = None
     output_tokens: int | None = None
