@@ -25,6 +25,23 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def wait_until_answering(proc: subprocess.Popen, url: str, seconds: float, log_path: Path, name: str) -> None:
+    """Poll `url` until it answers 200; RuntimeError (with the log's tail) if `proc` exits or `seconds` pass."""
+    deadline = time.monotonic() + seconds
+    while True:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{name} exited with {proc.returncode}:\n{log_path.read_text()[-3000:]}")
+        try:
+            with urllib.request.urlopen(url, timeout=5) as resp:
+                if resp.status == 200:
+                    return
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{name} did not answer within {seconds}s:\n{log_path.read_text()[-3000:]}")
+        time.sleep(1)
+
+
 def postgres_bin() -> Path | None:
     """The folder of initdb/pg_ctl/postgres, or None when PostgreSQL is not installed."""
     found = shutil.which("initdb")
@@ -101,19 +118,7 @@ def mlflow_server(folder: Path, backend_uri: str, startup_seconds: float = 120):
         stdout=log, stderr=subprocess.STDOUT, env=env, cwd=folder, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + startup_seconds
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"mlflow server exited with {proc.returncode}:\n{log_path.read_text()[-3000:]}")
-            try:
-                with urllib.request.urlopen(url + "/health", timeout=5) as resp:
-                    if resp.status == 200:
-                        break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"mlflow server did not answer in {startup_seconds}s:\n{log_path.read_text()[-3000:]}")
-            time.sleep(1)
+        wait_until_answering(proc, url + "/health", startup_seconds, log_path, "mlflow server")
         yield url
     finally:
         # Its own session: the server's worker processes go with it.

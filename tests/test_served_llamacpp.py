@@ -12,11 +12,8 @@ import importlib.util
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 from typing import Literal
 
@@ -42,10 +39,15 @@ pytestmark = [
 ]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def _services():
+    spec = importlib.util.spec_from_file_location("services", Path(__file__).resolve().parents[1] / "experiments"
+                                                  / "services.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+services = _services()
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +56,7 @@ def server(tmp_path_factory):
         model = assemble(LOCAL_MODELS["qwen2.5-coder-0.5b-instruct"])
     except WeightsError as exc:
         pytest.skip(f"0.5B weights unavailable: {exc}")
-    port = _free_port()
+    port = services.free_port()
     log_path = tmp_path_factory.mktemp("llama-server") / "server.log"
     log = log_path.open("w")
     proc = subprocess.Popen(
@@ -63,19 +65,10 @@ def server(tmp_path_factory):
         stdout=log, stderr=subprocess.STDOUT, preexec_fn=lambda: os.nice(10))
     api_base = f"http://127.0.0.1:{port}/v1"
     try:
-        deadline = time.monotonic() + STARTUP_SECONDS
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"llama_cpp.server exited with {proc.returncode}:\n{log_path.read_text()[-3000:]}")
-            try:
-                with urllib.request.urlopen(api_base + "/models", timeout=5) as resp:
-                    if resp.status == 200:
-                        break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"llama_cpp.server did not answer within {STARTUP_SECONDS}s:\n{log_path.read_text()[-3000:]}")
-            time.sleep(1)
+        try:
+            services.wait_until_answering(proc, api_base + "/models", STARTUP_SECONDS, log_path, "llama_cpp.server")
+        except RuntimeError as exc:
+            pytest.fail(str(exc))
         yield {"api_base": api_base, "log": log_path}
     finally:
         proc.terminate()
