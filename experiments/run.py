@@ -30,7 +30,7 @@ from tide_dspy.evaluation import data_path, evaluate, read_rows, select_instance
 from tide_dspy.metrics import InstanceScore, aggregate, make_judge
 from tide_dspy.programs import build_program, program_dir
 from tide_dspy.schemas import SETTING_NAMES
-from tide_dspy.settings import get_setting
+from tide_dspy.domains import get_setting
 from tide_dspy.templates import TemplateLibrary, solved_demos
 from tide_dspy.tracking import tracked_run
 

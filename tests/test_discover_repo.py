@@ -12,11 +12,11 @@ from dspy.utils.dummies import DummyLM
 from tide_dspy.cli import discover_cmd
 from tide_dspy.cli.main import main
 from tide_dspy.data import estimate_tokens
-from tide_dspy.discover import discover_repository, write_report
-from tide_dspy.discover.patches import APPLIES, DOES_NOT_APPLY, NO_PATCH, PatchChecker, git_toplevel
-from tide_dspy.discover.run import select_files
-from tide_dspy.discover.windows import PROMPT_OVERHEAD_TOKENS
-from tide_dspy.settings import NO_GUIDANCE
+from tide_dspy.product import discover_repository, write_report
+from tide_dspy.product.patches import APPLIES, DOES_NOT_APPLY, NO_PATCH, PatchChecker, git_toplevel
+from tide_dspy.product.run import select_files
+from tide_dspy.product.windows import PROMPT_OVERHEAD_TOKENS
+from tide_dspy.domains import NO_GUIDANCE
 
 MATHUTIL = '''def mean(values):
     return sum(values) / (len(values) - 1)

@@ -13,9 +13,9 @@ from dspy.utils.dummies import DummyLM
 
 from tide_dspy.cli import discover_cmd
 from tide_dspy.cli.main import main
-from tide_dspy.discover import discover_workspace
-from tide_dspy.discover.ingest import ingest_workspace
-from tide_dspy.discover.library import PROBE_ACTION_TYPES, default_actions, load_actions, load_profile
+from tide_dspy.product import discover_workspace
+from tide_dspy.product.ingest import ingest_workspace
+from tide_dspy.product.library import PROBE_ACTION_TYPES, default_actions, load_actions, load_profile
 
 FIXTURE = Path(__file__).parent / "fixtures" / "ingest"
 EMAIL_KEYS = ["subject", "sender", "to", "cc", "timestamp", "body"]

@@ -11,7 +11,7 @@ from dspy.utils.dummies import DummyLM
 
 from tide_dspy.discovery import TIDE, DiscoveryProgram, DiscoveryState, MultiAgent, SingleAgent
 from tide_dspy.schemas import Finding, Template
-from tide_dspy.settings import get_setting
+from tide_dspy.domains import get_setting
 
 TEMPLATES = [
     Template(id="ws-t01", name="Verbal approval not recorded", pattern="an approval said aloud never reached the system",

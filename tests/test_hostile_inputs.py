@@ -24,9 +24,9 @@ from tide_dspy.data import safe_files
 from tide_dspy.data.git_tools import GitClone
 from tide_dspy.data.loaders import InvalidRecordError, load_instances, load_with_report
 from tide_dspy.data.records import read_json_file
-from tide_dspy.discover import discover_repository, discover_workspace, write_report
-from tide_dspy.discover.ingest import ingest_workspace
-from tide_dspy.discover.run import choose_program, select_files
+from tide_dspy.product import discover_repository, discover_workspace, write_report
+from tide_dspy.product.ingest import ingest_workspace
+from tide_dspy.product.run import choose_program, select_files
 from tide_dspy.evaluation import evaluate, read_rows
 from tide_dspy.programs import build_program, load_program, save_program
 
@@ -314,7 +314,7 @@ def test_a_corrupt_saved_program_names_the_file(tmp_path, corrupt, message):
 
 
 def test_bad_yaml_files_name_the_file(tmp_path):
-    from tide_dspy.discover.library import load_profile
+    from tide_dspy.product.library import load_profile
     from tide_dspy.optimize import load_optimizer_config
 
     profile = tmp_path / "profile.yaml"

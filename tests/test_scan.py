@@ -13,7 +13,7 @@ from tide_dspy.discovery import TIDE, SingleAgent
 from tide_dspy.data import load_instances
 from tide_dspy.programs import load_program, save_program
 from tide_dspy.scan import Suspect, rank, recall_at
-from tide_dspy.settings import ContextView
+from tide_dspy.domains import ContextView
 
 FIXTURES = Path(__file__).parent / "fixtures" / "instances"
 SCORES = [1, 9, 0, 2, 8, 0]  # slugify, truncate, mean, clamp, Cache.get, Cache.put

@@ -45,7 +45,7 @@ def test_shipped_library_carries_no_specific_token_of_its_source_cases(path):
 @pytest.mark.parametrize("path", LIBRARIES, ids=_label)
 def test_shipped_library_against_its_source_cases_in_the_data(path):
     from tide_dspy.data import load_instances
-    from tide_dspy.settings import get_setting
+    from tide_dspy.domains import get_setting
     from tide_dspy.templates import solved_cases
 
     library = TemplateLibrary.load(path)

@@ -10,7 +10,7 @@ from dspy.utils.dummies import DummyLM
 from routed_lm import RoutedLM, shared_instances
 
 from tide_dspy.schemas import Template
-from tide_dspy.settings import get_setting
+from tide_dspy.domains import get_setting
 from tide_dspy.templates import (
     Distiller,
     TemplateLibrary,

@@ -9,7 +9,7 @@ from pathlib import Path
 from routed_lm import RoutedLM, shared_instances
 
 from tide_dspy.schemas import Template
-from tide_dspy.settings import get_setting
+from tide_dspy.domains import get_setting
 from tide_dspy.templates import TemplateLibrary
 
 TRANSFER_PY = Path(__file__).resolve().parents[1] / "experiments" / "transfer.py"

@@ -19,8 +19,8 @@ from dspy.utils.dummies import DummyLM
 from tide_dspy.cli import discover_cmd, optimize_cmd
 from tide_dspy.cli.main import main
 from tide_dspy.data.candidates import parse_candidates, python_files
-from tide_dspy.discover import discover_repository, write_report
-from tide_dspy.discover.verify import (BREAKS, NO_CHANGE, NOT_RUN, TIMED_OUT, VERIFIED, Verifier, VerifyError,
+from tide_dspy.product import discover_repository, write_report
+from tide_dspy.product.verify import (BREAKS, NO_CHANGE, NOT_RUN, TIMED_OUT, VERIFIED, Verifier, VerifyError,
                                        classify, nodeid_key, run_tests)
 
 FIXTURE = Path(__file__).parent / "fixtures" / "verify_repo"
@@ -207,7 +207,7 @@ def test_a_plain_folder_is_copied_without_links_out(tmp_path, scratch):
     shutil.copytree(FIXTURE, root)
     os.symlink("calc/ops.py", root / "inside_link.py")
     os.symlink(tmp_path, root / "dir_out")
-    from tide_dspy.discover.patches import git_toplevel
+    from tide_dspy.product.patches import git_toplevel
 
     if git_toplevel(root) is not None:
         pytest.skip("the temporary folder lies inside a git repository")

@@ -18,7 +18,7 @@ from rapidfuzz import fuzz
 from tide_dspy.backbones.usage import entries_since, usage_mark, usage_tokens
 from tide_dspy.scan import Ranking, Scanner, ScanRecord, rank, recall_at
 from tide_dspy.schemas import Finding, Instance, RoundRecord, Template
-from tide_dspy.settings import NO_GUIDANCE, ContextView, Hygiene, Setting, get_setting, render_templates
+from tide_dspy.domains import NO_GUIDANCE, ContextView, Hygiene, Setting, get_setting, render_templates
 
 log = logging.getLogger(__name__)
 
@@ -175,7 +175,7 @@ class DiscoveryProgram(dspy.Module):
         """One predictor call with a bounded retry on unparseable output.
 
         The call's signature is the predictor's own (instructions and demos as compiled) with its findings grounded
-        in this instance (settings.Setting.grounded_signature). Unparseable output is retried; any other failure
+        in this instance (domains.Setting.grounded_signature). Unparseable output is retried; any other failure
         (context window, auth, provider) is recorded without a retry and marks the outcome `aborted`. Never raises
         for what the LM does."""
         inputs = self.setting.round_inputs(instance, view, self.guidance_text(), found, max_new, focus)

@@ -48,7 +48,7 @@ def data_path(setting: str, data: str | Path | None = None) -> Path:
 
 def context_tokens(instance: Instance) -> int:
     from tide_dspy.data import estimate_tokens
-    from tide_dspy.settings import get_setting
+    from tide_dspy.domains import get_setting
 
     return estimate_tokens(get_setting(instance.setting).render_context(instance))
 

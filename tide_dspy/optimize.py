@@ -23,7 +23,7 @@ import yaml
 from tide_dspy import metrics
 from tide_dspy.data.records import read_yaml_file
 from tide_dspy.schemas import Instance
-from tide_dspy.settings import get_setting
+from tide_dspy.domains import get_setting
 from tide_dspy.shipped import NOT_SHIPPED, OPTIMIZERS_DIR
 
 log = logging.getLogger(__name__)

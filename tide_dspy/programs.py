@@ -16,7 +16,7 @@ from tide_dspy.backbones.registry import scrub_secrets
 from tide_dspy.data.records import describe_record_error, read_json_file
 from tide_dspy.discovery import TIDE, DiscoveryProgram, FirstListed, MultiAgent, RandomBaseline, SingleAgent
 from tide_dspy.schemas import Template
-from tide_dspy.settings import get_setting
+from tide_dspy.domains import get_setting
 
 # method -> (class, fixed config). The paper's ablations are TIDE with other guidance.
 METHODS: dict[str, tuple[type[DiscoveryProgram], dict]] = {

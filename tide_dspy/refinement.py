@@ -66,7 +66,7 @@ class AbstractionReward:
     Keeps the last attempt's verdict so that the advice for the next attempt can name what was wrong.
     """
 
-    setting: object  # tide_dspy.settings.Setting
+    setting: object  # tide_dspy.domains.Setting
     last_feedback: str = ""
     scores: list[float] = field(default_factory=list)
 

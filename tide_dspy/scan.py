@@ -21,7 +21,7 @@ from pydantic import BaseModel
 
 from tide_dspy.backbones.usage import entries_since, usage_mark, usage_tokens
 from tide_dspy.schemas import Finding, Instance
-from tide_dspy.settings import ContextView, get_setting
+from tide_dspy.domains import ContextView, get_setting
 
 log = logging.getLogger(__name__)
 

@@ -25,7 +25,7 @@ from tide_dspy.backbones.usage import entries_usage
 from tide_dspy.data.records import read_json_file
 from tide_dspy.refinement import Refined, refine_template
 from tide_dspy.schemas import GoldProblem, Instance, Template
-from tide_dspy.settings import Setting, get_setting
+from tide_dspy.domains import Setting, get_setting
 
 log = logging.getLogger(__name__)
 

@@ -44,14 +44,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run_stats(args: argparse.Namespace) -> int:
     from tide_dspy.data.loaders import load_with_report
-    from tide_dspy.data.stats import dataset_stats, format_table
+    from tide_dspy.data.stats import dataset_stats, format_stats_table
 
     result = load_with_report(args.path, setting=args.setting, split=args.split, skip_invalid=args.skip_invalid)
     if not result.instances:
         print(f"{args.path}: no instances" + (f" in split {args.split!r}" if args.split else ""))
     else:
         print(f"{args.path} ({result.instances[0].setting})")
-        print(format_table(dataset_stats(result.instances)))
+        print(format_stats_table(dataset_stats(result.instances)))
     if result.skipped:
         print(f"\nskipped {len(result.skipped)} invalid record(s):")
         for error in result.skipped:

@@ -36,7 +36,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                       help="run this test command (e.g. \"python -m pytest -q\") on a temporary copy of PATH, "
                            "unpatched and then with each patch that applies, and report which patches fix tests; "
                            "this EXECUTES the project's code")
-    # Defaults live in tide_dspy.discover.verify (120 s and 900 s), which is imported only when a command runs.
+    # Defaults live in tide_dspy.product.verify (120 s and 900 s), which is imported only when a command runs.
     repo.add_argument("--verify-timeout", type=float, default=None, metavar="S",
                       help="seconds one test run may take before its process group is killed (default 120)")
     repo.add_argument("--verify-total", type=float, default=None, metavar="S",
@@ -56,7 +56,7 @@ ALL_ROUNDS_FAILED = 3  # exit status of a run in which no round produced usable 
 
 
 def _report(result, args: argparse.Namespace) -> int:
-    from tide_dspy.discover import write_report
+    from tide_dspy.product import write_report
 
     paths = write_report(result, args.out)
     print(f"report: {paths['report.md']} (also {paths['report.html'].name}, {paths['findings.json'].name}, "
@@ -76,7 +76,7 @@ def _common(args: argparse.Namespace) -> dict:
 
 
 def run_repo(args: argparse.Namespace) -> int:
-    from tide_dspy.discover import discover_repository
+    from tide_dspy.product import discover_repository
 
     limits = {k: v for k, v in (("verify_timeout", args.verify_timeout), ("verify_total", args.verify_total))
               if v is not None}
@@ -88,7 +88,7 @@ def run_repo(args: argparse.Namespace) -> int:
 
 
 def run_workspace(args: argparse.Namespace) -> int:
-    from tide_dspy.discover import discover_workspace
+    from tide_dspy.product import discover_workspace
 
     result = discover_workspace(args.dir, profile=args.profile, actions=args.actions, **_common(args))
     return _report(result, args)

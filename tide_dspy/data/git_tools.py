@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from functools import cache
 from pathlib import Path
 
-from tide_dspy.settings import patch_paths
+from tide_dspy.domains import patch_paths
 
 HUNK_HEADER = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 

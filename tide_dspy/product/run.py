@@ -20,15 +20,15 @@ import dspy
 
 from tide_dspy.data.candidates import parse_candidates, scan_python_files
 from tide_dspy.data.safe_files import FileScan
-from tide_dspy.discover import library, windows
-from tide_dspy.discover.ingest import ingest_workspace
-from tide_dspy.discover.patches import DOES_NOT_APPLY, PatchChecker, git, git_toplevel
-from tide_dspy.discover.result import DiscoverResult, WindowRound
-from tide_dspy.discover.verify import DEFAULT_RUN_TIMEOUT, DEFAULT_TOTAL_TIMEOUT, NOT_RUN, Verification, Verifier
+from tide_dspy.product import library, windows
+from tide_dspy.product.ingest import ingest_workspace
+from tide_dspy.product.patches import DOES_NOT_APPLY, PatchChecker, git, git_toplevel
+from tide_dspy.product.result import DiscoverResult, WindowRound
+from tide_dspy.product.verify import DEFAULT_RUN_TIMEOUT, DEFAULT_TOTAL_TIMEOUT, NOT_RUN, Verification, Verifier
 from tide_dspy.discovery import DiscoveryProgram, DiscoveryState
 from tide_dspy.programs import build_program, load_program, program_dir
 from tide_dspy.schemas import Artifact, Instance, RoundRecord
-from tide_dspy.settings import get_setting
+from tide_dspy.domains import get_setting
 from tide_dspy.shipped import PROGRAMS_DIR
 
 Progress = Callable[[str], None]
@@ -252,7 +252,7 @@ def discover_repository(path: str | Path, *, lm, backbone: str = "local", includ
                         verify_timeout: float = DEFAULT_RUN_TIMEOUT, verify_total: float = DEFAULT_TOTAL_TIMEOUT,
                         progress: Progress = print) -> DiscoverResult:
     """`verify`: a test command run on a copy of the tree, unpatched and then with each patch that applies
-    (tide_dspy.discover.verify). It executes the project's code, so it runs only when given."""
+    (tide_dspy.product.verify). It executes the project's code, so it runs only when given."""
     started = time.perf_counter()
     root = Path(path).resolve()
     if not root.is_dir():

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from tide_dspy.backbones.registry import scrub_secrets
 from tide_dspy.data.git_tools import Snapshot
-from tide_dspy.discover.patches import git, git_toplevel
+from tide_dspy.product.patches import git, git_toplevel
 
 VERIFIED = "verified"
 NO_CHANGE = "no change"

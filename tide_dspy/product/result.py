@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from tide_dspy.discover.patches import PatchCheck
-from tide_dspy.discover.verify import NOT_RUN, STATUS_RANK, VERIFIED, Verification
+from tide_dspy.product.patches import PatchCheck
+from tide_dspy.product.verify import NOT_RUN, STATUS_RANK, VERIFIED, Verification
 from tide_dspy.schemas import Artifact, Finding, Instance, RoundRecord, Template
 
 

@@ -14,7 +14,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from tide_dspy.settings import patch_paths
+from tide_dspy.domains import patch_paths
 
 APPLIES = "applies"
 DOES_NOT_APPLY = "does not apply"

@@ -10,9 +10,9 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from tide_dspy.discover.patches import CHECK_COMMAND, PatchCheck
-from tide_dspy.discover.result import DiscoverResult
-from tide_dspy.discover.verify import NOT_RUN, VERIFIED, Verification
+from tide_dspy.product.patches import CHECK_COMMAND, PatchCheck
+from tide_dspy.product.result import DiscoverResult
+from tide_dspy.product.verify import NOT_RUN, VERIFIED, Verification
 from tide_dspy.schemas import Finding
 
 CSS = ("body{font-family:system-ui,sans-serif;max-width:60rem;margin:2rem auto;padding:0 1rem;line-height:1.45}"
