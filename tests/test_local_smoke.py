@@ -77,3 +77,20 @@ def test_check_first_grammar_writes_what_full_vocabulary_masking_writes(small_lm
         texts.append(engine.complete(request).message.text)
     assert texts[0] == texts[1]
     assert set(json.loads(texts[0])) == {"name", "tags"}
+
+
+def test_grammar_sampler_reports_the_models_own_digit_probabilities(small_lm):
+    from dspy.lm15 import Config, Message, Request
+
+    schema = {"type": "object", "properties": {"rating": {"type": "integer", "enum": list(range(10))}},
+              "required": ["rating"]}
+    request = Request(model="m", system="Answer in JSON.", messages=(Message.user(
+        "Rate from 0 to 9 how likely `def mean(xs): return sum(xs) / len(xs)` fails on some input."),),
+        config=Config(max_tokens=12, temperature=0.0, logprobs=10,
+                      response_format={"type": "json_schema", "schema": schema}))
+    response = small_lm.engine.complete(request)
+    rating = next(step for step in response.logprobs if step.token.strip().isdigit())
+    alternatives = [top for top in rating.top if top.token.strip().isdigit()]
+    assert str(json.loads(response.message.text)["rating"]) == rating.token.strip()
+    # The record is the distribution before the grammar: several digits carry weight, not only the one written.
+    assert len(alternatives) >= 2 and all(top.logprob < 0 for top in alternatives)
