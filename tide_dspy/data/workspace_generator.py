@@ -30,6 +30,7 @@ from pydantic import BaseModel, Field
 
 from tide_dspy.data.loaders import load_instances
 from tide_dspy.data.records import instance_from_record
+from tide_dspy.domains import WORKSPACE
 
 logger = logging.getLogger(__name__)
 
@@ -289,7 +290,7 @@ def _hex_id(prefix: str, *keys: str) -> str:
 
 
 def _slug(text: str) -> str:
-    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:40] or "workspace"
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:40] or WORKSPACE.name
 
 
 def _artifact(draft: ArtifactDraft, instance_id: str, key: str) -> dict[str, Any]:
@@ -378,5 +379,5 @@ def generate_workspaces(lm: dspy.LM, n: int, out: str | Path, split: str = "test
             f.flush()
             written += 1
     if written:
-        load_instances(out, setting="workspace")
+        load_instances(out, setting=WORKSPACE.name)
     return written
