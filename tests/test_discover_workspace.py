@@ -200,3 +200,26 @@ def test_cli_workspace_without_readable_files(tmp_path, monkeypatch, capsys):
     assert main(["discover", "workspace", str(tmp_path / "ws"), "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
     assert "no readable .eml" in err and "1 skipped" in err
+
+
+def test_library_call_scopes_the_adapter_of_its_lm_and_leaves_settings_alone(workspace, monkeypatch):
+    import dspy
+
+    from tide_dspy.backbones import registry
+
+    items = by_title(ingest_workspace(workspace))
+    evidence = [items["Badge printer quote: approved"].id, items["Re: Badge printer requisition"].id]
+    answers = [{"findings": json.dumps([{**APPROVAL, "evidence_ids": evidence}])}, {"findings": "[]"}]
+    json_adapter, seen = dspy.JSONAdapter(), []
+
+    class Recording(DummyLM):
+        def forward(self, *args, **kwargs):
+            seen.append(dspy.settings.adapter)
+            return super().forward(*args, **kwargs)
+
+    lm = Recording(answers, adapter=json_adapter)
+    monkeypatch.setattr(registry, "adapter_for", lambda m: json_adapter if m is lm else None)
+    result = discover_workspace(workspace, lm=lm, backbone="none-shipped", progress=lambda _: None)
+    assert len(result.findings) == 1
+    assert seen and all(a is json_adapter for a in seen)
+    assert dspy.settings.adapter is None
