@@ -15,6 +15,7 @@ from rapidfuzz import fuzz
 
 from tide_dspy.domains import WORKSPACE, Setting, get_setting, render_action  # noqa: F401 - render_action: re-exported
 from tide_dspy.metrics.scoring import NO_JUDGE_LABEL
+from tide_dspy.retry import call_with_retries
 from tide_dspy.schemas import ChosenAction, Finding, GoldProblem
 from tide_dspy.signatures import JudgeIdentification, JudgeResolution
 
@@ -67,18 +68,18 @@ class LLMJudge(dspy.Module):
         self.resolve = dspy.Predict(JudgeResolution)
 
     def _rate(self, predictor: dspy.Predict, **inputs) -> tuple[float | None, str, bool]:
-        error = ""
-        for attempt in range(self.max_attempts):
-            # A retry must not be served the same cached bad answer.
-            config = {"rollout_id": attempt, "temperature": 1.0} if attempt else {}
-            try:
-                out = predictor(**inputs, config=config)
-                value, clamped = normalise_likert(int(out.score))
-            except Exception as e:  # malformed output or a failing judge LM: record it, never abort scoring
-                error = f"{type(e).__name__}: {e}"
-                continue
+        def rate(config: dict):
+            out = predictor(**inputs, config=config)
+            return out, *normalise_likert(int(out.score))
+
+        # A retry is a fresh sample (tide_dspy.retry), never the same cached bad answer. Malformed output or a
+        # failing judge LM is recorded, never fatal to scoring.
+        tried = call_with_retries(rate, self.max_attempts, lm=self.lm)
+        if tried.ok:
+            out, value, clamped = tried.value
             note = f"[score {out.score} clamped to {LIKERT_MIN}..{LIKERT_MAX}] " if clamped else ""
             return value, note + str(out.rationale or ""), False
+        error = tried.errors[-1]
         logger.warning("judge %s failed after %d attempts: %s", self.label, self.max_attempts, error[:300])
         return None, f"judge failed after {self.max_attempts} attempts: {error[:500]}", True
 
