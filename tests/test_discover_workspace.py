@@ -210,16 +210,16 @@ def test_library_call_scopes_the_adapter_of_its_lm_and_leaves_settings_alone(wor
     items = by_title(ingest_workspace(workspace))
     evidence = [items["Badge printer quote: approved"].id, items["Re: Badge printer requisition"].id]
     answers = [{"findings": json.dumps([{**APPROVAL, "evidence_ids": evidence}])}, {"findings": "[]"}]
-    json_adapter, seen = dspy.JSONAdapter(), []
+    seen = []
 
-    class Recording(DummyLM):
-        def forward(self, *args, **kwargs):
-            seen.append(dspy.settings.adapter)
-            return super().forward(*args, **kwargs)
+    class Recording(dspy.JSONAdapter):
+        def __call__(self, *args, **kwargs):
+            seen.append(self)
+            return super().__call__(*args, **kwargs)
 
-    lm = Recording(answers, adapter=json_adapter)
+    json_adapter = Recording()
+    lm = DummyLM(answers, adapter=json_adapter)
     monkeypatch.setattr(registry, "adapter_for", lambda m: json_adapter if m is lm else None)
     result = discover_workspace(workspace, lm=lm, backbone="none-shipped", progress=lambda _: None)
-    assert len(result.findings) == 1
-    assert seen and all(a is json_adapter for a in seen)
+    assert len(result.findings) == 1 and len(seen) == 2  # both rounds went through the scoped adapter
     assert dspy.settings.adapter is None
