@@ -200,3 +200,26 @@ def test_cli_workspace_without_readable_files(tmp_path, monkeypatch, capsys):
     assert main(["discover", "workspace", str(tmp_path / "ws"), "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
     assert "no readable .eml" in err and "1 skipped" in err
+
+
+def test_library_call_scopes_the_adapter_of_its_lm_and_leaves_settings_alone(workspace, monkeypatch):
+    import dspy
+
+    from tide_dspy.backbones import registry
+
+    items = by_title(ingest_workspace(workspace))
+    evidence = [items["Badge printer quote: approved"].id, items["Re: Badge printer requisition"].id]
+    answers = [{"findings": json.dumps([{**APPROVAL, "evidence_ids": evidence}])}, {"findings": "[]"}]
+    seen = []
+
+    class Recording(dspy.JSONAdapter):
+        def __call__(self, *args, **kwargs):
+            seen.append(self)
+            return super().__call__(*args, **kwargs)
+
+    json_adapter = Recording()
+    lm = DummyLM(answers, adapter=json_adapter)
+    monkeypatch.setattr(registry, "adapter_for", lambda m: json_adapter if m is lm else None)
+    result = discover_workspace(workspace, lm=lm, backbone="none-shipped", progress=lambda _: None)
+    assert len(result.findings) == 1 and len(seen) == 2  # both rounds went through the scoped adapter
+    assert dspy.settings.adapter is None

@@ -238,7 +238,7 @@ def test_query_string_credentials_and_headers_are_scrubbed_everywhere(tmp_path, 
     lm = get_lm("openai-compatible", api_base=base)
     assert SECRET not in json.dumps(describe_lm(lm)) and "x=1" in describe_lm(lm)["api_base"]
     # evaluate's config.json, from the CLI (its command line names --api-base)
-    monkeypatch.setattr(optimize_cmd, "make_lm", lambda args: empty_lm())
+    monkeypatch.setattr(optimize_cmd, "lm_from_args", lambda args: empty_lm())
     out = tmp_path / "eval"
     rc = main(["evaluate", "--method", "iter", "--setting", "workspace", "--data", str(HOSTILE / "two-records.jsonl"),
                "--rounds", "1", "--out", str(out), "--no-track", "--api-base", base])
@@ -338,7 +338,7 @@ def test_out_pointing_at_a_file_is_refused_before_any_lm_work(repo, tmp_path, mo
         raise AssertionError("the LM was built before --out was checked")
 
     monkeypatch.setattr(discover_cmd, "lm_from_args", no_lm)
-    monkeypatch.setattr(optimize_cmd, "make_lm", no_lm)
+    monkeypatch.setattr(optimize_cmd, "lm_from_args", no_lm)
     taken = tmp_path / "taken"
     taken.write_text("a file\n")
     assert main(["discover", "repo", str(repo), "--out", str(taken)]) == 2

@@ -210,7 +210,7 @@ def test_cli_distill_compile_tune_evaluate_with_mlflow(tmp_path, monkeypatch, ca
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     monkeypatch.setenv("TIDE_DATA", str(data_root))
-    monkeypatch.setattr(optimize_cmd, "make_lm", lambda args: RoutedLM(workspace, instruction="Compiled instruction."))
+    monkeypatch.setattr(optimize_cmd, "lm_from_args", lambda args: RoutedLM(workspace, instruction="Compiled instruction."))
     common = ["--setting", "workspace", "--backbone", "dummy"]
 
     assert main(["distill", *common]) == 0
@@ -282,7 +282,7 @@ def test_cli_distill_writes_nothing_when_no_template_passes_the_check(tmp_path, 
                           "evidence_flow": ["find the request still pending in the tracker"]}}
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("TIDE_DATA", str(data_root))
-    monkeypatch.setattr(optimize_cmd, "make_lm", lambda args: DummyLM([leaky, leaky]))
+    monkeypatch.setattr(optimize_cmd, "lm_from_args", lambda args: DummyLM([leaky, leaky]))
     code = main(["distill", "--setting", "workspace", "--backbone", "dummy", "--max-cases", "1", "--attempts", "2",
                  "--no-track"])
     captured = capsys.readouterr()

@@ -48,7 +48,7 @@ def test_transfer_runs_each_library_on_the_same_instances(tmp_path, monkeypatch)
 
     transfer = load_transfer()
     workspace = shared_instances("workspace")
-    monkeypatch.setattr(optimize_cmd, "make_lm", lambda args: RoutedLM(workspace))
+    monkeypatch.setattr(optimize_cmd, "lm_from_args", lambda args: RoutedLM(workspace))
     paths = {}
     for label, name in (("old", "Quote Q-4471 expires"), ("new", "Approval never recorded")):
         library = TemplateLibrary([Template(id="ws-t01", name=name, pattern="a pattern",

@@ -329,7 +329,7 @@ def test_evaluate_reports_execution_based_resolution(repo, tmp_path, monkeypatch
         finding("mean divides by n - 1", ["calc/ops.py::mean"], MEAN_FIX),
         finding("shout lower-cases", ["calc/text.py::shout"], SHOUT_WRONG),
     ])}, {"findings": "[]"}])
-    monkeypatch.setattr(optimize_cmd, "make_lm", lambda args: lm)
+    monkeypatch.setattr(optimize_cmd, "lm_from_args", lambda args: lm)
     out = tmp_path / "eval"
     rc = main(["evaluate", "--setting", "repository", "--data", str(data), "--method", "iter", "--per-round", "2",
                "--rounds", "2", "--judge", "proxy", "--no-track", "--out", str(out), "--verify-repo", str(repo),

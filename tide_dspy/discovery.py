@@ -16,6 +16,7 @@ from dspy.utils.exceptions import AdapterParseError
 from rapidfuzz import fuzz
 
 from tide_dspy.backbones.usage import entries_since, usage_mark, usage_tokens
+from tide_dspy.retry import call_with_retries, describe_error
 from tide_dspy.scan import Ranking, Scanner, ScanRecord, rank, recall_at
 from tide_dspy.schemas import Finding, Instance, RoundRecord, Template
 from tide_dspy.domains import NO_GUIDANCE, ContextView, Hygiene, Setting, get_setting, render_templates
@@ -23,6 +24,9 @@ from tide_dspy.domains import NO_GUIDANCE, ContextView, Hygiene, Setting, get_se
 log = logging.getLogger(__name__)
 
 GUIDANCE_KINDS = ("templates", "none", "demos")
+# A round's retry samples at 0.7 (DSPy's BestOfN uses 1.0), as it did before the retry rule was shared.
+RETRY_TEMPERATURE = 0.7
+ERROR_CHARS = 300  # of an error message kept in a round record
 DROPPED_IDS_KEPT = 20  # per round record
 
 
@@ -185,36 +189,34 @@ class DiscoveryProgram(dspy.Module):
         if lm is None:
             raise RuntimeError("no LM configured: use dspy.context(lm=...) or tide_dspy.backbones.get_lm(...)")
         mark = usage_mark(lm)
-        # Repeats of a whole run (an LM copied with another rollout_id) must not replay this run's samples.
-        base = int(lm.kwargs.get("rollout_id") or 0) * 10_000
-        for attempt in range(self.max_retries + 1):
-            config = {}
-            if rollout is not None or attempt:
-                # A retry must not hit the cache entry of the output that just failed to parse, and a local
-                # sampler with a fixed seed would repeat it: both get a per-rollout value.
-                config["rollout_id"] = config["seed"] = base + (rollout or 0) * 100 + attempt
-                config["temperature"] = temperature if temperature is not None else (0.7 if attempt else None)
-                config = {k: v for k, v in config.items() if v is not None}
+
+        def attempt(config: dict) -> list:
             try:
                 pred = self.discover(**inputs, signature=signature, config=config)
-                out.drafts = list(pred.findings or [])[:max_new]
-                out.error = None
-                break
             except AdapterParseError as exc:
                 out.parse_failures += 1
-                out.error = f"{type(exc).__name__}: {str(exc)[:300]}"
                 # An answer cut off at max_tokens, or with one malformed item, still holds complete findings:
                 # keep those rather than ask again (at temperature 0 a retry costs as much and often ends the same).
                 complete = self.setting.complete_drafts(exc.lm_response)
-                if complete:
-                    out.drafts, out.salvaged, out.error = complete[:max_new], len(complete), None
-                    break
-                log.warning("round output unparseable (attempt %d/%d): %s", attempt + 1, self.max_retries + 1, out.error)
-            except Exception as exc:  # noqa: BLE001 - recorded in the round; the caller decides to stop
-                out.error = f"{type(exc).__name__}: {str(exc)[:300]}"
-                out.aborted = True
-                log.warning("round failed, not retried: %s", out.error)
-                break
+                if not complete:
+                    raise
+                out.salvaged = len(complete)
+                return complete[:max_new]
+            return list(pred.findings or [])[:max_new]
+
+        def unparseable(i: int, error: str) -> None:
+            log.warning("round output unparseable (attempt %d/%d): %s", i + 1, self.max_retries + 1, error)
+
+        try:
+            # Each retry is a fresh sample (tide_dspy.retry): it must not replay the output that failed to parse.
+            tried = call_with_retries(attempt, self.max_retries + 1, lm=lm, rollout=rollout, temperature=temperature,
+                                      retry_temperature=RETRY_TEMPERATURE, retry_on=AdapterParseError,
+                                      error_chars=ERROR_CHARS, on_failure=unparseable)
+            out.drafts, out.error = (tried.value, None) if tried.ok else ([], tried.errors[-1])
+        except Exception as exc:  # noqa: BLE001 - recorded in the round; the caller decides to stop
+            out.error = describe_error(exc, ERROR_CHARS)
+            out.aborted = True
+            log.warning("round failed, not retried: %s", out.error)
         entries = entries_since(lm, mark)
         out.lm_calls = len(entries)
         out.input_tokens, out.output_tokens = usage_tokens(entries)

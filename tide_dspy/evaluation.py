@@ -9,6 +9,7 @@ it continues (config.json says which); its instances and LM usage are added to t
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import hashlib
 import json
@@ -24,6 +25,7 @@ import dspy
 from tqdm.auto import tqdm
 
 from tide_dspy import metrics
+from tide_dspy.backbones import lm_context
 from tide_dspy.schemas import Instance
 
 log = logging.getLogger(__name__)
@@ -244,7 +246,8 @@ def evaluate(
 
     workers = check_workers(workers, run_lm)
     bar = tqdm(total=len(todo), desc=f"evaluate {method}", unit="inst", disable=not progress)
-    with dspy.context(**({"lm": lm} if lm is not None else {})):
+    # The adapter that parses best on the backbone is scoped here (never configured globally), judge calls included.
+    with lm_context(run_lm) if run_lm is not None else contextlib.nullcontext():
         by_id = {i.instance_id: i for i in todo}
         for row in _run_all(program, todo, judge, workers, bar, run_lm, marks["backbone"]):
             row = {"instance_id": row.pop("instance_id"), "method": method, **row}

@@ -21,6 +21,7 @@ import dspy
 import yaml
 
 from tide_dspy import metrics
+from tide_dspy.backbones import lm_context
 from tide_dspy.data.records import read_yaml_file
 from tide_dspy.schemas import Instance
 from tide_dspy.domains import get_setting
@@ -252,7 +253,7 @@ def compile_program(
     log.info("compiling with %s (%s): init %s, compile %s", config["name"], config["optimizer"],
              {k: v for k, v in init.items() if not str(v).startswith("$")}, list(comp))
     # Inside the context: some optimizers read dspy.settings.lm when they are built.
-    with dspy.context(lm=lm), dspy_autolog(autolog):
+    with lm_context(lm), dspy_autolog(autolog):
         teleprompter = optimizer_class(config["optimizer"], source)(**_resolve(init, bindings, source))
         compiled = teleprompter.compile(program, **_resolve(comp, bindings, source))
     return compiled

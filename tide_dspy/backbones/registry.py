@@ -224,3 +224,11 @@ def adapter_for(lm):
     if isinstance(engine, ServedEngine) and engine.supports_response_schema:
         return dspy.JSONAdapter()
     return None
+
+
+def lm_context(lm, **settings):
+    """`dspy.context(lm=lm, ...)` with the adapter that parses best on `lm` (adapter_for), unless the caller has
+    already chosen one. Library entry points scope their LM calls in it, so the choice never leaks into
+    `dspy.settings` and a library caller gets the same adapter as the CLI."""
+    adapter = settings.pop("adapter", None) or dspy.settings.adapter or adapter_for(lm)
+    return dspy.context(lm=lm, **({"adapter": adapter} if adapter is not None else {}), **settings)

@@ -54,24 +54,12 @@ def add_lm_options(parser: argparse.ArgumentParser) -> None:
                              "default), llama.cpp (python -m llama_cpp.server), off (default: $TIDE_SERVER_SCHEMA)")
 
 
-def lm_for(args: argparse.Namespace, backbone: str | None = None):
-    """The LM of `backbone` (default: --backbone) with the shared LM options applied."""
+def lm_from_args(args: argparse.Namespace, backbone: str | None = None):
+    """`backbones.get_lm` (the one LM factory) for `backbone` (default: --backbone), with the LM options mapped to
+    its keywords. The adapter is not chosen here: the library scopes it around its calls (backbones.lm_context).
+    Tests replace this function to inject a DummyLM."""
     from tide_dspy.backbones import get_lm
 
     return get_lm(backbone or args.backbone, api_base=args.api_base, temperature=args.temperature,
                   max_tokens=args.max_tokens, num_threads=args.threads,
                   **({"server_schema": args.server_schema} if getattr(args, "server_schema", None) else {}))
-
-
-def lm_from_args(args: argparse.Namespace):
-    """The backbone LM named by the options. For the embedded engine it also selects the JSON adapter, whose
-    schema grammar makes the small models' output parse (experiments/bench_backbone.py: 5/5 against 3/5)."""
-    import dspy
-
-    from tide_dspy.backbones import adapter_for
-
-    lm = lm_for(args)
-    adapter = adapter_for(lm)
-    if adapter is not None:
-        dspy.configure(adapter=adapter)
-    return lm

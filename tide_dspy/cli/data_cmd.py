@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from tide_dspy.cli.common import add_lm_options, count, positive_int
+from tide_dspy.cli.common import add_lm_options, count, lm_from_args, positive_int
 from tide_dspy.schemas import SETTING_NAMES
 
 
@@ -71,11 +71,9 @@ def run_build_repo(args: argparse.Namespace) -> int:
 
 
 def run_generate_workspace(args: argparse.Namespace) -> int:
-    from tide_dspy.backbones import get_lm
     from tide_dspy.data.workspace_generator import generate_workspaces
 
-    lm = get_lm(args.backbone, api_base=args.api_base, temperature=args.temperature, max_tokens=args.max_tokens,
-                num_threads=args.threads)
+    lm = lm_from_args(args)
     written = generate_workspaces(lm, n=args.n, out=args.out, split=args.split, seed=args.seed,
                                   retries=args.retries)
     print(f"wrote {written} workspace(s) to {args.out}")

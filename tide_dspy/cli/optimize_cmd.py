@@ -18,11 +18,6 @@ from tide_dspy.cli.common import add_lm_options, check_output_folder, count, lm_
 from tide_dspy.schemas import SETTING_NAMES
 
 
-def make_lm(args: argparse.Namespace):
-    """The backbone LM. Tests replace this function to inject a DummyLM."""
-    return lm_from_args(args)
-
-
 def make_judge(args: argparse.Namespace):
     from tide_dspy.metrics import make_judge as build
 
@@ -233,7 +228,7 @@ def run_distill(args: argparse.Namespace) -> int:
     instances, _ = load_split(args, setting)
     if args.max_cases is not None:
         instances = _cap_cases(instances, args.max_cases)
-    lm = make_lm(args)
+    lm = lm_from_args(args)
     out = program_dir(args, setting) / "templates.json"
     params = {**_base_params(args, instances, lm), "merge_threshold": args.merge_threshold,
               "attempts": args.attempts, "max_templates": args.max_templates, "cases": len(solved_cases(instances))}
@@ -318,7 +313,7 @@ def run_compile(args: argparse.Namespace) -> int:
     setting = args.setting
     instances, _ = load_split(args, setting)
     train, val = split_train(instances, args.val_fraction, args.seed)
-    lm, judge = make_lm(args), make_judge(args)
+    lm, judge = lm_from_args(args), make_judge(args)
     program = _build(args, setting, args.method, train)
     folder = program_dir(args, setting)
     out = folder / ("tide.json" if args.method == "tide" else f"{args.method}.json")
@@ -385,7 +380,7 @@ def run_tune(args: argparse.Namespace) -> int:
     library = TemplateLibrary.load(templates_path(args, setting))
     compiled = Path(args.program) if args.program else program_dir(args, setting) / "tide.json"
     base = load_program(compiled) if args.program or compiled.exists() else None
-    lm, judge = make_lm(args), make_judge(args)
+    lm, judge = lm_from_args(args), make_judge(args)
     study_name = args.study or model_name(setting, args.backbone)
     storage = scrub_secrets(args.storage)  # a postgresql://user:password@host URL must not reach a log or file
     params = {**_base_params(args, instances, lm), "metric": args.metric, "storage": storage,
@@ -450,7 +445,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
     results = out_dir / "results.jsonl"
     if results.exists() and read_rows(results) and not (args.resume or args.fresh):
         raise ValueError(f"{results} already has results: pass --resume to continue it or --fresh to start over")
-    lm, judge = make_lm(args), make_judge(args)
+    lm, judge = lm_from_args(args), make_judge(args)
     params = {**_base_params(args, instances, lm), "method": method, "program": args.program,
               "T": program.max_rounds, "k": program.per_round, "pool_size": len(program.templates),
               "verify_repo": args.verify_repo}

@@ -12,6 +12,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from tide_dspy.domains import REPOSITORY, WORKSPACE
 from tide_dspy.schemas import Instance
 
 REPOSITORY_PROBLEM_KEYS = ("problem_id", "description", "evidence", "patch")
@@ -25,9 +26,9 @@ def detect_setting(record: dict[str, Any]) -> str:
     if "setting" in record:
         return record["setting"]
     if "candidates" in record:
-        return "repository"
+        return REPOSITORY.name
     if "artifacts" in record:
-        return "workspace"
+        return WORKSPACE.name
     raise ValueError("cannot tell the setting: the record has neither 'candidates' (repository) nor 'artifacts' (workspace)")
 
 
@@ -46,10 +47,10 @@ def instance_from_record(record: dict[str, Any], setting: str | None = None) -> 
     setting = detected
     if "setting" in record:  # already in our format (Instance.model_dump)
         return Instance.model_validate(record)
-    if setting == "workspace":
-        return Instance.model_validate({"setting": "workspace", **_present(record, WORKSPACE_KEYS)})
+    if setting == WORKSPACE.name:
+        return Instance.model_validate({"setting": WORKSPACE.name, **_present(record, WORKSPACE_KEYS)})
     return Instance.model_validate({
-        "setting": "repository",
+        "setting": REPOSITORY.name,
         **_present(record, REPOSITORY_KEYS),
         "artifacts": [_candidate_artifact(i, c) for i, c in enumerate(_list(record, "candidates"))],
         "meta": _present(record, REPOSITORY_META_KEYS),
