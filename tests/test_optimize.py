@@ -138,8 +138,8 @@ def test_instruction_optimizers_compile_without_demos(optimizer, train):
                                options=parse_options(TINY_BUDGETS[optimizer]))
     assert compiled is not program and compiled.config() == program.config()
     assert compiled.discover.demos == []
-    before = evaluate(program, part_val, lm=lm, progress=False)["f1"]["retrieval"]
-    after = evaluate(compiled, part_val, lm=lm, progress=False)["f1"]["retrieval"]
+    before = evaluate(program, part_val, lm=lm, progress=False).f1["retrieval"]
+    after = evaluate(compiled, part_val, lm=lm, progress=False).f1["retrieval"]
     assert before == 0
     if optimizer == "simba":  # it proposes rules only from varied trajectories; a deterministic LM gives none
         assert after == 0
@@ -155,11 +155,10 @@ def test_bootstrap_adds_demos_when_asked(train):
 
 
 def test_compile_builds_iter_demos_from_its_own_train_part(train):
-    from tide_dspy.cli.optimize_cmd import _build
+    from tide_dspy.workflows import ProgramShape, build_method
 
-    args = argparse.Namespace(demos=2, rounds=2, per_round=1, data=None, templates=None, programs="programs",
-                              backbone="dummy")
-    program = _build(args, "workspace", "iter-demos", train[:1])
+    program = build_method("workspace", "iter-demos", ProgramShape(rounds=2, per_round=1), demos=2,
+                           train_instances=train[:1])
     # The demos come from the instances compile trains on, never from its validation part.
     assert program.demos == solved_demos(train[:1], "workspace", 2) != solved_demos(train[1:], "workspace", 2)
 
