@@ -14,7 +14,7 @@ from pathlib import Path
 
 import dspy
 import pytest
-from routed_lm import RoutedLM, shared_instances
+from routed_lm import FIXTURE_DATA, RoutedLM, shared_instances
 
 from tide_dspy.optimize import (
     available_optimizers,
@@ -203,7 +203,7 @@ def test_cli_distill_compile_tune_evaluate_with_mlflow(tmp_path, monkeypatch, ca
     from tide_dspy.cli import optimize_cmd
     from tide_dspy.cli.main import main
 
-    data_root = Path(os.environ.get("TIDE_SHARED_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
+    data_root = FIXTURE_DATA
     workspace = shared_instances("workspace")
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     monkeypatch.chdir(tmp_path)
@@ -257,12 +257,12 @@ def test_cli_distill_compile_tune_evaluate_with_mlflow(tmp_path, monkeypatch, ca
     artifacts = {a.path for a in client.list_artifacts(compile_run.info.run_id)}
     assert {"program", "templates.json", "val_before.jsonl", "val_after.jsonl", "lm_usage.json"} <= artifacts
     version = client.get_model_version("tide-workspace-dummy", "1")
-    assert version.run_id == compile_run.info.run_id or version.source.startswith("models:/")
+    assert version.run_id == compile_run.info.run_id and version.source.startswith("models:/")
 
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     (elsewhere / "load.py").write_text(LOAD_REGISTERED)
-    env = {**os.environ, "MLFLOW_TRACKING_URI": uri, "TIDE_SHARED_DATA": str(data_root)}
+    env = {**os.environ, "MLFLOW_TRACKING_URI": uri}
     done = subprocess.run([sys.executable, "load.py", "models:/tide-workspace-dummy/1", str(Path(__file__).parent)],
                           cwd=elsewhere, capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -276,7 +276,7 @@ def test_cli_distill_writes_nothing_when_no_template_passes_the_check(tmp_path, 
     from tide_dspy.cli import optimize_cmd
     from tide_dspy.cli.main import main
 
-    data_root = Path(os.environ.get("TIDE_SHARED_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
+    data_root = FIXTURE_DATA
     leaky = {"template": {"name": "Gregory Hale never e-signed", "pattern": "REQ-26-0412 waits on the CFO",
                           "evidence_flow": ["find the request still pending in the tracker"]}}
     monkeypatch.chdir(tmp_path)

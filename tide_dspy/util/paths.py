@@ -4,11 +4,9 @@ benchmark data folder ($TIDE_DATA, else ../shared/data beside the checkout)."""
 from __future__ import annotations
 
 import os
-import warnings
 from pathlib import Path
 
-DATA_ENV = "TIDE_DATA"
-OLD_DATA_ENV = "TIDE_SHARED_DATA"  # deprecated spelling of TIDE_DATA
+DATA_ENV = "TIDE_DATA"  # the only data-folder variable (TIDE_SHARED_DATA, once read by the tests, is gone)
 PACKAGE_PARENT = Path(__file__).resolve().parents[2]
 
 
@@ -26,11 +24,7 @@ CHECKOUT_ROOT = _checkout_root()
 
 
 def data_root() -> Path:
-    """The folder holding workspace/ and repository/: $TIDE_DATA, else ../shared/data beside the checkout.
-    $TIDE_SHARED_DATA is still read, with a deprecation warning."""
+    """The folder holding workspace/ and repository/: $TIDE_DATA, else ../shared/data beside the checkout."""
     if os.environ.get(DATA_ENV):
         return Path(os.environ[DATA_ENV])
-    if os.environ.get(OLD_DATA_ENV):
-        warnings.warn(f"{OLD_DATA_ENV} is deprecated; set {DATA_ENV} instead", DeprecationWarning, stacklevel=2)
-        return Path(os.environ[OLD_DATA_ENV])
     return PACKAGE_PARENT.parent / "shared" / "data"
