@@ -14,7 +14,7 @@ from pathlib import Path
 import dspy
 import pytest
 from dspy.utils.dummies import DummyLM
-from test_discover_repo import GOOD_PATCH, answers, finding, run_git, write_tree
+from test_discover_repo import GOOD_PATCH, answers, finding, repo  # noqa: F401 (repo: a fixture)
 
 from tide_dspy.backbones import describe_lm, get_lm
 from tide_dspy.util.secrets import scrub_secrets
@@ -35,15 +35,6 @@ from tide_dspy.programs import build_program, load_program, save_program
 HOSTILE = Path(__file__).parent / "fixtures" / "hostile"
 INGEST = Path(__file__).parent / "fixtures" / "ingest"
 SECRET = "s3cr3t-value"
-
-
-@pytest.fixture
-def repo(tmp_path) -> Path:
-    root = write_tree(tmp_path / "repo")
-    run_git(root, "init", "-q")
-    run_git(root, "add", ".")
-    run_git(root, "commit", "-qm", "initial")
-    return root
 
 
 def saved_state(tmp_path: Path, name: str = "p.json", **config) -> tuple[Path, dict]:
