@@ -3,7 +3,6 @@ MLflow (a temporary sqlite store) and a registered program loaded back in a fres
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil

@@ -21,7 +21,7 @@ from tide_dspy import metrics
 from tide_dspy.evaluation import EvaluationResult, data_path, evaluate, read_rows, select_instances
 from tide_dspy.programs import build_program, load_program, method_of, program_dir, save_program
 from tide_dspy.schemas import Instance
-from tide_dspy.tracking import TrackedRun, dataset_hash, model_name, register_program, tracked_run
+from tide_dspy.tracking import dataset_hash, model_name, register_program, tracked_run
 from tide_dspy.util.jsonio import write_json
 from tide_dspy.util.secrets import scrub_secrets
 

@@ -6,8 +6,6 @@ Everything is validated by pydantic in one `Instance.model_validate` call, so a 
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError

@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import fnmatch
 import logging
-import re
 import time
 from collections.abc import Callable, Iterable
 from datetime import date
