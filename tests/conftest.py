@@ -16,9 +16,22 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 # Fixture repositories under fixtures/ carry their own test suites; they run only inside those repositories.
 collect_ignore_glob = ["fixtures/*"]
 
-SHARED_DATA = Path(os.environ.get("TIDE_SHARED_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
-WORKSPACE_JSONL = SHARED_DATA / "workspace" / "workspaces.jsonl"
-REPOSITORY_JSONL = SHARED_DATA / "repository" / "swebench_multibug.jsonl"
+# The offline tests read the copy under fixtures/data (see its README); only the data-loader tests read the full data
+# set, from $TIDE_DATA (default ../shared/data), and skip with a reason without it.
+FIXTURE_DATA = Path(__file__).resolve().parent / "fixtures" / "data"
+WORKSPACE_JSONL = FIXTURE_DATA / "workspace" / "workspaces.jsonl"
+REPOSITORY_JSONL = FIXTURE_DATA / "repository" / "swebench_multibug.jsonl"
+
+
+def full_data(setting: str) -> Path:
+    """The full benchmark data of a setting ($TIDE_DATA/<setting>); the test is skipped with a reason without it."""
+    from tide_dspy.util.paths import DATA_ENV, data_root
+
+    path = data_root() / setting
+    if not path.exists():
+        pytest.skip(f"the full benchmark data is not at {path}; set {DATA_ENV} to the folder holding "
+                    "workspace/ and repository/ to run this data test")
+    return path
 
 
 @pytest.fixture(autouse=True)
@@ -31,8 +44,6 @@ def clear_settings_and_cache():
 
 
 def _first_record(path: Path, predicate=lambda r: True) -> dict:
-    if not path.exists():
-        pytest.skip(f"shared data not found at {path}; set TIDE_SHARED_DATA")
     with path.open() as f:
         for line in f:
             record = json.loads(line)
@@ -50,11 +61,9 @@ def workspace_instance():
 
 @pytest.fixture(scope="session")
 def repository_instance():
-    """The smallest-candidate-pool repository instance of the shared data (cheap to render)."""
+    """The smallest-candidate-pool repository instance of the test data (cheap to render)."""
     from tide_dspy.data.records import instance_from_record
 
-    if not REPOSITORY_JSONL.exists():
-        pytest.skip(f"shared data not found at {REPOSITORY_JSONL}; set TIDE_SHARED_DATA")
     best = None
     with REPOSITORY_JSONL.open() as f:
         for line in f:

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 from dspy.clients.engines.dummy_engine import AsyncDummyEngine, DummyEngine
 from dspy.utils.dummies import DummyLM
 
 from tide_dspy.schemas import Instance
+
+FIXTURE_DATA = Path(__file__).resolve().parent / "fixtures" / "data"
 
 
 def field_block(message: str, field: str) -> str:
@@ -101,15 +104,7 @@ class RoutedLM(DummyLM):
 
 
 def shared_instances(setting: str, split: str | None = None) -> list[Instance]:
-    """The shared data set's instances (the test is skipped when the data is not there)."""
-    import os
-    from pathlib import Path
-
-    import pytest
-
+    """The test data set's instances (tests/fixtures/data: the six workspaces, one repository instance)."""
     from tide_dspy.data import load_instances
 
-    root = Path(os.environ.get("TIDE_SHARED_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
-    if not (root / setting).exists():
-        pytest.skip(f"shared data not found at {root}; set TIDE_SHARED_DATA")
-    return load_instances(root / setting, setting=setting, split=split)
+    return load_instances(FIXTURE_DATA / setting, setting=setting, split=split)

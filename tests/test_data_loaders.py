@@ -9,7 +9,7 @@ import logging
 import dspy
 import pytest
 
-from conftest import REPOSITORY_JSONL, WORKSPACE_JSONL
+from conftest import WORKSPACE_JSONL, full_data  # the workspace data is copied in full under fixtures/data
 from tide_dspy.cli.main import main
 from tide_dspy.data import InvalidRecordError, load_instances, load_with_report, to_examples
 from tide_dspy.data.stats import dataset_stats
@@ -22,15 +22,11 @@ def hf_cache(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def repository_instances(hf_cache):
-    if not REPOSITORY_JSONL.exists():
-        pytest.skip(f"shared data not found at {REPOSITORY_JSONL}")
-    return load_instances(REPOSITORY_JSONL, cache_dir=hf_cache)
+    return load_instances(full_data("repository") / "swebench_multibug.jsonl", cache_dir=hf_cache)
 
 
 @pytest.fixture(scope="session")
 def workspace_records():
-    if not WORKSPACE_JSONL.exists():
-        pytest.skip(f"shared data not found at {WORKSPACE_JSONL}")
     return [json.loads(line) for line in WORKSPACE_JSONL.read_text().splitlines()]
 
 

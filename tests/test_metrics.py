@@ -393,8 +393,12 @@ def test_feedback_metric_names_missed_spurious_and_duplicates(example):
 
 
 def test_feedback_metric_is_accepted_by_gepa(example):
-    gepa = dspy.GEPA(metric=tide_feedback_metric(), auto="light", reflection_lm=DummyLM([]))
-    assert gepa.metric_fn is not None
+    metric = tide_feedback_metric()
+    gepa = dspy.GEPA(metric=metric, auto="light", reflection_lm=DummyLM([]))
+    assert gepa.metric_fn is metric
+    # Called the way GEPA calls it (gold, pred, trace, pred_name, pred_trace): an empty answer scores 0 and says why.
+    out = gepa.metric_fn(example, dspy.Prediction(findings=[]), None, "discover", None)
+    assert out.score == 0.0 and "Missed gold problem g1" in out.feedback
 
 
 def test_instance_score_round_trips_through_json():

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import random
-import re
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -126,17 +125,7 @@ def bounded_list(item: type, max_items: int) -> type:
     return BoundedList
 
 
-_DIFF_HEADER = re.compile(r"^diff --git a/(\S+) b/(\S+)", re.M)
-_HUNK = re.compile(r"^@@ -\d+(,\d+)? \+\d+(,\d+)? @@", re.M)
-
-
-def patch_paths(patch: str) -> list[str]:
-    """Paths a unified diff touches, or [] when it does not parse as one."""
-    if not _HUNK.search(patch or ""):
-        return []
-    paths = [m.group(2) for m in _DIFF_HEADER.finditer(patch)]
-    paths += [p for p in re.findall(r"^\+\+\+ b/(\S+)", patch, re.M) if p not in paths]
-    return paths
+from tide_dspy.util.diffs import patch_paths  # noqa: E402 (the one diff parser)
 
 
 def render_action(action: ChosenAction | None) -> str:

@@ -15,14 +15,13 @@ import random
 import socket
 import time
 from pathlib import Path
-from types import SimpleNamespace
 
 import dspy
 import yaml
 
 from tide_dspy import metrics
 from tide_dspy.backbones import lm_context
-from tide_dspy.data.records import read_yaml_file
+from tide_dspy.util.jsonio import read_yaml_file
 from tide_dspy.schemas import Instance
 from tide_dspy.domains import get_setting
 from tide_dspy.shipped import NOT_SHIPPED, OPTIMIZERS_DIR
@@ -80,10 +79,10 @@ def make_metric(spec, judge=None, feedback: bool = False):
     return factory(component=component, kind=kind, judge=judge)
 
 
-def aggregate_value(result: dict, spec: str) -> float:
-    """The metric `spec` read off an evaluation aggregate (macro-averaged over instances)."""
+def aggregate_value(result, spec: str) -> float:
+    """The metric `spec` read off an EvaluationResult (macro-averaged over instances)."""
     component, kind = parse_metric(spec)
-    value = metrics.component_value(SimpleNamespace(f1=result["f1"], coverage=result["coverage"]), component, kind)
+    value = metrics.component_value(result, component, kind)
     if value is None:
         raise ValueError(f"metric {spec!r} is not available without a judge: pass --judge proxy or a judge model")
     return value
@@ -342,7 +341,7 @@ def tune(
         result = evaluate(program, valset, judge=judge, out_path=None, progress=progress,
                           lm=lm.copy(temperature=params["temperature"]), workers=workers)
         value = aggregate_value(result, metric)
-        trial.set_user_attr("n_failed", result["n_failed"])
+        trial.set_user_attr("n_failed", result.n_failed)
         trial.set_user_attr("worker", worker)
         if on_trial:
             on_trial(trial, value, result)

@@ -12,8 +12,9 @@ from pathlib import Path
 
 import dspy
 
-from tide_dspy.backbones.registry import scrub_secrets
-from tide_dspy.data.records import describe_record_error, read_json_file
+from tide_dspy.util.secrets import scrub_secrets
+from tide_dspy.data.records import describe_record_error
+from tide_dspy.util.jsonio import read_json_file
 from tide_dspy.discovery import TIDE, DiscoveryProgram, FirstListed, MultiAgent, RandomBaseline, SingleAgent
 from tide_dspy.schemas import Template
 from tide_dspy.domains import get_setting

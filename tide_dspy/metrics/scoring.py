@@ -15,6 +15,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from tide_dspy.domains import setting_of_gold
 from tide_dspy.schemas import SETTING_NAMES, Finding, GoldProblem, Instance
+from tide_dspy.util.diffs import looks_like_diff
 
 COMPONENTS = ("retrieval", "identification", "resolution")
 JUDGED_COMPONENTS = ("identification", "resolution")
@@ -65,7 +66,7 @@ def _resolution_fields(item: dict) -> dict:
     if not isinstance(action, str):
         return item
     rest = {k: v for k, v in item.items() if k != "action"}
-    if action.lstrip().startswith(("diff --git", "--- ", "@@")):
+    if looks_like_diff(action):
         return {**rest, "patch": action}
     return {**rest, "action": {"action_id": action}}
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import fnmatch
 import logging
-import re
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -22,7 +21,8 @@ from tide_dspy.data.candidates import parse_candidates, scan_python_files
 from tide_dspy.data.safe_files import FileScan
 from tide_dspy.product import library, windows
 from tide_dspy.product.ingest import ingest_workspace
-from tide_dspy.product.patches import DOES_NOT_APPLY, PatchChecker, git, git_toplevel
+from tide_dspy.product.patches import DOES_NOT_APPLY, PatchChecker
+from tide_dspy.util.git import git_toplevel, head_sha, resolve_commit, run_git
 from tide_dspy.product.result import DiscoverResult, WindowRound
 from tide_dspy.product.verify import DEFAULT_RUN_TIMEOUT, DEFAULT_TOTAL_TIMEOUT, NOT_RUN, Verification, Verifier
 from tide_dspy.discovery import DiscoveryProgram, DiscoveryState
@@ -184,15 +184,14 @@ def changed_since(root: Path, ref: str) -> set[str]:
     if git_toplevel(root) is None:
         raise ValueError(f"--since needs a git repository, and {root} is not inside one; use --include instead")
     # The ref is user text: resolved as a commit, never read as an option, and only its sha reaches git diff.
-    commit = git(["rev-parse", "--verify", "--quiet", "--end-of-options", f"{ref}^{{commit}}"], root)
-    sha = commit.stdout.strip()
-    if commit.returncode != 0 or not re.fullmatch(r"[0-9a-f]{40,64}", sha):
+    sha = resolve_commit(root, ref)
+    if sha is None:
         raise ValueError(f"--since {ref}: not a commit in {root}; pass a branch, tag or commit "
                          "(e.g. --since main or --since HEAD~3)")
-    diff = git(["diff", "--name-only", "--relative", "--end-of-options", sha, "--"], root)
+    diff = run_git(["diff", "--name-only", "--relative", "--end-of-options", sha, "--"], root)
     if diff.returncode != 0:
         raise ValueError(f"--since {ref}: git diff failed in {root}: {diff.stderr.strip()}")
-    untracked = git(["ls-files", "--others", "--exclude-standard", "--"], root)
+    untracked = run_git(["ls-files", "--others", "--exclude-standard", "--"], root)
     return set(diff.stdout.split()) | set(untracked.stdout.split())
 
 
@@ -237,8 +236,7 @@ def parse_reporting_skips(root: Path, files: list[str]) -> tuple[list[Artifact],
 
 
 def head_commit(root: Path) -> str | None:
-    out = git(["rev-parse", "HEAD"], root)
-    return out.stdout.strip() if out.returncode == 0 else None
+    return head_sha(root, dirty_mark=False)
 
 
 def start_verifier(root: Path, command: str, run_timeout: float, total_timeout: float,
