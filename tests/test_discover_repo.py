@@ -180,6 +180,26 @@ def test_large_context_is_split_into_windows_and_findings_merged(repo):
     assert any(line.startswith("[window 2/2, round 1]") for line in lines)
 
 
+def test_scan_reads_a_context_too_large_for_one_window_in_one_pass(repo):
+    # The same context that needs two windows without a scan: rated function by function, then one round that
+    # reads the most suspect function in full and the other four as one line each.
+    ratings = {"pkg/mathutil.py::mean": 8}
+    scan = [{"suspicion": ratings.get(a, 1), "template_id": "", "reason": "r"}
+            for a in ("pkg/mathutil.py::mean", "pkg/mathutil.py::Counter.__init__", "pkg/mathutil.py::Counter.bump",
+                      "pkg/text.py::shout", "tools/report.py::render")]
+    lm = DummyLM([*scan, *answers(finding("mean divides by n - 1", ["pkg/mathutil.py::mean"], GOOD_PATCH))])
+    fixed = PROMPT_OVERHEAD_TOKENS + 1000 + estimate_tokens(NO_GUIDANCE)
+    lines = []
+    result = discover_repository(repo, lm=lm, backbone="none-shipped", scan=1, progress=lines.append,
+                                 max_context_tokens=fixed + estimate_tokens(REPORT) + 90)  # two windows unscanned
+    assert result.windows == 1
+    assert [f.evidence for f in result.findings] == [["pkg/mathutil.py::mean"]]
+    round_prompt = lm.history[5]["messages"][-1]["content"]
+    assert "def mean(values):" in round_prompt and "Render rows as a table" not in round_prompt
+    assert "tools/report.py::render" in round_prompt.split("Other artifacts, not shown in full:")[1]
+    assert any("scanning first (focus 1)" in line for line in lines)
+
+
 def test_one_file_larger_than_the_window_is_a_clear_error(repo):
     fixed = PROMPT_OVERHEAD_TOKENS + 1000 + estimate_tokens(NO_GUIDANCE)
     with pytest.raises(ValueError, match=r"tools/report.py alone needs about \d+ tokens, but a window holds 50 tokens"):

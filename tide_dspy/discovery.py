@@ -115,6 +115,14 @@ class DiscoveryProgram(dspy.Module):
     def setting(self) -> Setting:
         return get_setting(self.setting_name)
 
+    def use_scan(self, focus_size: int) -> None:
+        """Turn the scan on (or resize its focus) in a built or loaded program; its compiled round is kept."""
+        if focus_size < 1:
+            raise ValueError(f"focus_size must be >= 1, got {focus_size}")
+        if self.scanner is None:
+            self.scanner = Scanner(self.setting_name)
+        self.focus_size = focus_size
+
     # ---- config carried inside the saved JSON state ----
     def config(self) -> dict:
         return dict(

@@ -18,6 +18,10 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--per-round", type=positive_int, default=None, help="new findings per round k (default: the program's)")
     parser.add_argument("--max-context-tokens", type=positive_int, default=None,
                         help="context window to plan for (default: the backbone's n_ctx, else 32768)")
+    parser.add_argument("--scan", type=positive_int, default=None, metavar="N",
+                        help="rate every artifact on its own first, then let each round read the N most suspect "
+                             "unfound ones in full and the rest as one line each (instead of splitting a large "
+                             "context into windows)")
     parser.add_argument("--out", default="tide-report", help="report folder (default: ./tide-report)")
     add_lm_options(parser)
 
@@ -72,7 +76,7 @@ def _common(args: argparse.Namespace) -> dict:
     check_output_folder(args.out)
     return dict(lm=lm_from_args(args), backbone=args.backbone, program=args.program, templates=args.templates,
                 rounds=args.rounds, per_round=args.per_round, max_context_tokens=args.max_context_tokens,
-                progress=lambda line: print(line, flush=True))
+                scan=args.scan, progress=lambda line: print(line, flush=True))
 
 
 def run_repo(args: argparse.Namespace) -> int:

@@ -17,6 +17,7 @@ from datetime import date
 from pathlib import Path, PurePosixPath
 
 from tide_dspy.backbones import lm_context
+from tide_dspy.data import estimate_tokens
 from tide_dspy.data.candidates import parse_candidates, scan_python_files
 from tide_dspy.data.safe_files import FileScan
 from tide_dspy.product import library, windows
@@ -129,12 +130,23 @@ def discover_in_windows(program: DiscoveryProgram, instance: Instance, parts: li
 
 def plan_windows(setting: Setting, instance: Instance, program: DiscoveryProgram, lm, max_context_tokens: int | None,
                  unit_of: Callable[[Artifact], tuple[str, str]], progress: Progress) -> list[list[Artifact]]:
+    """One window when the round's context fits, else windows of related files. A scanning program's round shows
+    only its focus in full and every other artifact as one line, so it needs windows only when that does not fit."""
     size, origin = context_window(lm, max_context_tokens)
     fixed = program.guidance_text() + setting.static_text(instance)
     budget = windows.window_budget(size, fixed, output_budget(lm))
     units = windows.make_units(instance.artifacts, setting.render_artifact, unit_of)
-    parts = windows.split_windows(instance.artifacts, units, budget)
     total = sum(u.tokens for u in units)
+    if program.scanner is not None:
+        view = program.view(instance)
+        compact = sum(estimate_tokens(setting.render_compact(a, h)) + 1 for a, h in zip(view.artifacts, view.handles))
+        largest = sorted((estimate_tokens(setting.render_artifact(a, h)) for a, h in zip(view.artifacts, view.handles)),
+                         reverse=True)[:program.focus_size]
+        if compact + sum(largest) <= budget:
+            progress(f"scan: each of the {len(view.artifacts)} artifacts is rated on its own; each round reads the "
+                     f"{program.focus_size} most suspect unfound ones in full and the rest as one line each")
+            return [list(instance.artifacts)]
+    parts = windows.split_windows(instance.artifacts, units, budget)
     if len(parts) > 1:
         progress(f"context of about {total} tokens exceeds the {budget} available in a {size}-token window "
                  f"({origin}): split into {len(parts)} windows of related files")
@@ -156,11 +168,14 @@ class Discovery:
 def run_discovery(instance: Instance, *, lm, backbone: str, program: str | Path | None, templates: str | Path | None,
                   rounds: int | None, per_round: int | None, max_context_tokens: int | None,
                   unit_of: Callable[[Artifact], tuple[str, str]], progress: Progress,
-                  describe_input: str = "") -> Discovery:
+                  describe_input: str = "", scan: int | None = None) -> Discovery:
     """Choose the program for the instance's setting, split the context into windows and run it on each, with the
     adapter that parses best on `lm` (backbones.lm_context) scoped around the calls."""
     setting = get_setting(instance.setting)
     tide, source = choose_program(setting.name, backbone, program, templates, rounds, per_round)
+    if scan is not None:
+        tide.use_scan(scan)
+        source += f", scanning first (focus {scan})"
     progress(f"{describe_input}using {source}")
     parts = plan_windows(setting, instance, tide, lm, max_context_tokens, unit_of, progress)
     findings, records = discover_in_windows(tide, instance, parts, lm, progress)
@@ -274,9 +289,10 @@ def discover_repository(path: str | Path, *, lm, backbone: str = "local", includ
                         templates: str | Path | None = None, rounds: int | None = None, per_round: int | None = None,
                         max_context_tokens: int | None = None, verify: str | None = None,
                         verify_timeout: float = DEFAULT_RUN_TIMEOUT, verify_total: float = DEFAULT_TOTAL_TIMEOUT,
-                        progress: Progress = print) -> DiscoverResult:
+                        scan: int | None = None, progress: Progress = print) -> DiscoverResult:
     """`verify`: a test command run on a copy of the tree, unpatched and then with each patch that applies
-    (tide_dspy.product.verify). It executes the project's code, so it runs only when given."""
+    (tide_dspy.product.verify). It executes the project's code, so it runs only when given. `scan`: rate every
+    function on its own first and let each round read this many of the most suspect in full (see tide_dspy.scan)."""
     started = time.perf_counter()
     root = Path(path).resolve()
     if not root.is_dir():
@@ -303,7 +319,7 @@ def discover_repository(path: str | Path, *, lm, backbone: str = "local", includ
         run = run_discovery(instance, lm=lm, backbone=backbone, program=program, templates=templates, rounds=rounds,
                             per_round=per_round, max_context_tokens=max_context_tokens,
                             unit_of=lambda a: (a.payload["path"], str(PurePosixPath(a.payload["path"]).parent)),
-                            progress=progress,
+                            progress=progress, scan=scan,
                             describe_input=f"{root}: {len(artifacts)} candidate functions in {len(files)} files; ")
         checker = PatchChecker(root)
         checks = [checker.check(f.patch) for f in run.findings]
@@ -323,7 +339,8 @@ def discover_repository(path: str | Path, *, lm, backbone: str = "local", includ
 def discover_workspace(folder: str | Path, *, lm, backbone: str = "local", profile: str | Path | None = None,
                        actions: str | Path | None = None, program: str | Path | None = None,
                        templates: str | Path | None = None, rounds: int | None = None, per_round: int | None = None,
-                       max_context_tokens: int | None = None, progress: Progress = print) -> DiscoverResult:
+                       max_context_tokens: int | None = None, scan: int | None = None,
+                       progress: Progress = print) -> DiscoverResult:
     started = time.perf_counter()
     root = Path(folder).resolve()
     ingested = ingest_workspace(root)
@@ -357,7 +374,7 @@ def discover_workspace(folder: str | Path, *, lm, backbone: str = "local", profi
                         per_round=per_round, max_context_tokens=max_context_tokens,
                         unit_of=lambda a: (f"{a.id} ({ingested.sources[a.id]})",
                                            str(PurePosixPath(ingested.sources[a.id]).parent)),
-                        progress=progress)
+                        progress=progress, scan=scan)
     result = DiscoverResult(setting=WORKSPACE.name, target=str(root), instance=instance, findings=run.findings,
                             program_source=run.source, templates=list(run.program.templates), rounds=run.rounds,
                             windows=run.windows, sources=ingested.sources, notes=notes,
