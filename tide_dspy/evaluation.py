@@ -62,6 +62,8 @@ class EvaluationResult(BaseModel):
     n_failed: int = 0
     findings: int = 0
     execution: dict | None = None
+    # With a scanning program: the mean share of gold evidence among each instance's first focus_size suspects.
+    scan_recall: float | None = None
     lm_usage: dict = {}
     out_path: str | None = None
 
@@ -291,6 +293,8 @@ def evaluate(
 
         execution = execution_rate([rows[i.instance_id] for i in instances if i.instance_id in rows])
     usage = {"backbone": lm_usage(run_lm, marks["backbone"]), "judge": lm_usage(judge_lm, marks["judge"])}
+    recalls = [r["scan"]["recall_at_focus"] for r in rows.values()
+               if (r.get("scan") or {}).get("recall_at_focus") is not None]
     result = EvaluationResult(
         **metrics.aggregate(scores),
         method=method,
@@ -299,6 +303,7 @@ def evaluate(
         n_failed=sum(1 for r in rows.values() if r.get("error")),
         findings=sum(len(r["findings"]) for r in rows.values()),
         execution=execution,
+        scan_recall=round(sum(recalls) / len(recalls), 4) if recalls else None,
         lm_usage=usage,
     )
     if out_path is not None:

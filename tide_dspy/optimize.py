@@ -64,6 +64,9 @@ def as_examples(items) -> list[dspy.Example]:
 
 # ---- metric ----
 
+SCAN_RECALL = "scan-recall"  # the scan's recall of gold evidence in its focus: denser than F1 (tide_dspy.scan)
+
+
 def parse_metric(spec: str) -> tuple[str, str]:
     """"retrieval" -> (retrieval, f1); "mean-coverage" -> (mean, coverage)."""
     component, _, kind = spec.partition("-")
@@ -71,9 +74,14 @@ def parse_metric(spec: str) -> tuple[str, str]:
 
 
 def make_metric(spec, judge=None, feedback: bool = False):
-    """A DSPy metric from a spec like "retrieval-f1" (or a callable, returned as is)."""
+    """A DSPy metric from a spec like "retrieval-f1" or "scan-recall" (or a callable, returned as is)."""
     if callable(spec):
         return spec
+    if spec == SCAN_RECALL:
+        if feedback:
+            raise ValueError("metric 'scan-recall' has no feedback form for GEPA; use it with copro, miprov2 or "
+                             "simba, or optimize a findings metric such as retrieval-f1")
+        return metrics.scan_recall_metric
     component, kind = parse_metric(spec)
     factory = metrics.tide_feedback_metric if feedback else metrics.tide_metric
     return factory(component=component, kind=kind, judge=judge)
@@ -81,6 +89,10 @@ def make_metric(spec, judge=None, feedback: bool = False):
 
 def aggregate_value(result, spec: str) -> float:
     """The metric `spec` read off an EvaluationResult (macro-averaged over instances)."""
+    if spec == SCAN_RECALL:
+        if result.scan_recall is None:
+            raise ValueError("metric 'scan-recall' needs a scanning program (scan=True) and gold evidence")
+        return result.scan_recall
     component, kind = parse_metric(spec)
     value = metrics.component_value(result, component, kind)
     if value is None:

@@ -18,6 +18,7 @@ import dspy
 from pydantic import BaseModel, ConfigDict
 
 from tide_dspy import metrics
+from tide_dspy.discovery import ChanceBaseline
 from tide_dspy.domains import get_setting
 from tide_dspy.evaluation import EvaluationResult, data_path, evaluate, read_rows, select_instances
 from tide_dspy.programs import build_program, load_program, method_of, program_dir, save_program
@@ -71,6 +72,7 @@ class ProgramShape(BaseModel):
     per_round: int | None = None
     max_evidence: int | None = None
     shuffle_context: int | None = None  # seed of a shuffled artifact order
+    scan: int | None = None  # focus size of a scan (tide_dspy.scan); None: no scan, or the saved program's
 
 
 def _lm(lm: LMSource) -> dspy.BaseLM:
@@ -106,9 +108,14 @@ def build_method(setting: str, method: str, shape: ProgramShape, *, templates: P
         if train_instances is None:
             train_instances = load_instances(data_path(setting, data), setting=setting, split="train")
         demo_texts = solved_demos(train_instances, setting, demos)
-    return build_program(method, setting, templates=templates if method == "tide" else None, demos=demo_texts,
-                         max_rounds=shape.rounds, per_round=shape.per_round, max_evidence=shape.max_evidence,
-                         context_order_seed=shape.shuffle_context)
+    built = build_program(method, setting, templates=templates if method == "tide" else None, demos=demo_texts,
+                          max_rounds=shape.rounds, per_round=shape.per_round, max_evidence=shape.max_evidence,
+                          context_order_seed=shape.shuffle_context)
+    if shape.scan is not None:
+        if isinstance(built, ChanceBaseline):
+            raise ValueError(f"--scan applies to the LM methods; {method} is a chance floor and reads no artifact")
+        built.use_scan(shape.scan)
+    return built
 
 
 # ---- distill ----
@@ -366,6 +373,8 @@ def evaluate_split(selection: Selection, *, lm: LMSource, backbone: str, program
                 setattr(built, name, value)
         if shape.shuffle_context is not None:
             built.context_order_seed = shape.shuffle_context
+        if shape.scan is not None:
+            built.use_scan(shape.scan)
         setting, method = built.setting_name, method_of(built)
         if selection.setting and selection.setting != setting:
             raise ValueError(f"--setting {selection.setting} but the program {program} is for {setting}")

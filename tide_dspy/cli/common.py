@@ -113,6 +113,9 @@ def add_program_options(p: argparse.ArgumentParser) -> None:
                    help="the most artifacts one finding may cite (default: the setting's, 4 workspace / 2 repository)")
     p.add_argument("--shuffle-context", type=int, default=None, metavar="SEED",
                    help="show the artifacts in a seeded shuffled order (to measure position effects)")
+    p.add_argument("--scan", type=positive_int, default=None, metavar="N",
+                   help="rate every artifact on its own first; each round reads the N most suspect unfound ones in "
+                        "full (the scan's instruction is then compiled too; --metric scan-recall scores its ranking)")
 
 
 def add_workers_option(p: argparse.ArgumentParser, what: str) -> None:
@@ -123,6 +126,7 @@ def add_workers_option(p: argparse.ArgumentParser, what: str) -> None:
 
 def add_split_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--metric", default="retrieval-f1",
-                   help="component[-kind]: retrieval|identification|resolution|mean, kind f1 (default)|coverage")
+                   help="component[-kind]: retrieval|identification|resolution|mean, kind f1 (default)|coverage; "
+                        "or scan-recall (with --scan: gold evidence among the scan's first N)")
     p.add_argument("--val-fraction", type=float, default=0.25, help="held-out share of train used for validation")
     p.add_argument("--seed", type=int, default=0, help="seed of the train/validation split")

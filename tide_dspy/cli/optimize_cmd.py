@@ -110,7 +110,7 @@ def _common(args: argparse.Namespace) -> dict:
 
 def _shape(args: argparse.Namespace) -> workflows.ProgramShape:
     return workflows.ProgramShape(rounds=args.rounds, per_round=args.per_round, max_evidence=args.max_evidence,
-                                  shuffle_context=args.shuffle_context)
+                                  shuffle_context=args.shuffle_context, scan=args.scan)
 
 
 # ---- commands ----
