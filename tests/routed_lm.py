@@ -16,7 +16,8 @@ from dspy.utils.dummies import DummyLM
 
 from tide_dspy.schemas import Instance
 
-FIXTURE_DATA = Path(__file__).resolve().parent / "fixtures" / "data"
+# The hand-written test instances, laid out like the data folder (workspace/, repository/).
+FIXTURE_DATA = Path(__file__).resolve().parent / "fixtures" / "instances"
 
 
 def field_block(message: str, field: str) -> str:
@@ -103,8 +104,8 @@ class RoutedLM(DummyLM):
         return drafts
 
 
-def shared_instances(setting: str, split: str | None = None) -> list[Instance]:
-    """The test data set's instances (tests/fixtures/data: the six workspaces, one repository instance)."""
+def fixture_instances(setting: str, split: str | None = None) -> list[Instance]:
+    """The hand-written test instances of a setting (tests/fixtures/instances; see its README)."""
     from tide_dspy.data import load_instances
 
     return load_instances(FIXTURE_DATA / setting, setting=setting, split=split)

@@ -6,7 +6,7 @@ import json
 
 import dspy
 import pytest
-from routed_lm import RoutedLM, shared_instances
+from routed_lm import RoutedLM, fixture_instances
 
 from tide_dspy import metrics
 from tide_dspy.evaluation import data_path, evaluate, format_table, read_rows, select_instances
@@ -38,7 +38,7 @@ class Flaky(dspy.Module):
 
 @pytest.fixture(scope="module")
 def train():
-    return shared_instances("workspace", "train")
+    return fixture_instances("workspace", "train")
 
 
 def test_rows_scores_and_run_files(tmp_path, train):

@@ -30,7 +30,7 @@ def run_module(monkeypatch, tmp_path, repository_instance):
     ]}
     monkeypatch.setattr(module, "lm_from_args", lambda *a, **k: DummyLM({"max_new": answer}))
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
-    monkeypatch.setenv("TIDE_DATA", str(Path(__file__).resolve().parent / "fixtures" / "data"))
+    monkeypatch.setenv("TIDE_DATA", str(Path(__file__).resolve().parent / "fixtures" / "instances"))
     return module
 
 

@@ -20,12 +20,12 @@ FIXTURES = Path(__file__).parent / "fixtures" / "instances"
 
 @pytest.fixture(scope="module")
 def ws():
-    return load_instances(FIXTURES / "workspace.jsonl", setting="workspace")[0]
+    return load_instances(FIXTURES / "workspace" / "workspaces.jsonl", setting="workspace")[0]
 
 
 @pytest.fixture(scope="module")
 def repo():
-    return load_instances(FIXTURES / "repository.jsonl", setting="repository")[0]
+    return load_instances(FIXTURES / "repository" / "instances.jsonl", setting="repository")[0]
 
 
 class SchemaRecorder:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import dspy
 import pytest
-from routed_lm import FIXTURE_DATA, RoutedLM, shared_instances
+from routed_lm import FIXTURE_DATA, RoutedLM, fixture_instances
 
 from tide_dspy.optimize import (
     available_optimizers,
@@ -34,7 +34,7 @@ TEMPLATES = [Template(id=f"ws-t0{i}", name=f"pattern {i}", pattern=f"shape {i}",
 
 @pytest.fixture(scope="module")
 def train():
-    return shared_instances("workspace", "train")
+    return fixture_instances("workspace", "train")
 
 
 def test_split_train_is_seeded_disjoint_and_refuses_test(train, workspace_instance):
@@ -184,9 +184,9 @@ LOAD_REGISTERED = textwrap.dedent("""
     import dspy
     import tide_dspy
     sys.path.insert(0, sys.argv[2])
-    from routed_lm import RoutedLM, shared_instances
+    from routed_lm import RoutedLM, fixture_instances
     program = tide_dspy.load_program(sys.argv[1])
-    instances = shared_instances("workspace", "train")
+    instances = fixture_instances("workspace", "train")
     with dspy.context(lm=RoutedLM(instances)):
         out = program(instances[0])
     print(json.dumps({"kind": type(program).__name__, "findings": len(out.findings),
@@ -203,7 +203,7 @@ def test_cli_distill_compile_tune_evaluate_with_mlflow(tmp_path, monkeypatch, ca
     from tide_dspy.cli.main import main
 
     data_root = FIXTURE_DATA
-    workspace = shared_instances("workspace")
+    workspace = fixture_instances("workspace")
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
@@ -276,7 +276,8 @@ def test_cli_distill_writes_nothing_when_no_template_passes_the_check(tmp_path, 
     from tide_dspy.cli.main import main
 
     data_root = FIXTURE_DATA
-    leaky = {"template": {"name": "Gregory Hale never e-signed", "pattern": "REQ-26-0412 waits on the CFO",
+    # Leaks the names and the id of the first train case (ws-fernhill-biolab, problem fh-1).
+    leaky = {"template": {"name": "Priya Anand never e-signed", "pattern": "PO-58-3301 waits on the controller",
                           "evidence_flow": ["find the request still pending in the tracker"]}}
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("TIDE_DATA", str(data_root))

@@ -22,7 +22,7 @@ SCORES = [1, 9, 0, 2, 8, 0]  # slugify, truncate, mean, clamp, Cache.get, Cache.
 
 @pytest.fixture(scope="module")
 def repo():
-    return load_instances(FIXTURES / "repository.jsonl", setting="repository")[0]
+    return load_instances(FIXTURES / "repository" / "instances.jsonl", setting="repository")[0]
 
 
 def scan_answers(scores=SCORES) -> list[dict]:

@@ -6,7 +6,7 @@ import importlib.util
 import json
 from pathlib import Path
 
-from routed_lm import FIXTURE_DATA, RoutedLM, shared_instances
+from routed_lm import FIXTURE_DATA, RoutedLM, fixture_instances
 
 from tide_dspy.schemas import Template
 from tide_dspy.domains import get_setting
@@ -47,7 +47,7 @@ def test_transfer_runs_each_library_on_the_same_instances(tmp_path, monkeypatch)
     from tide_dspy.cli import optimize_cmd
 
     transfer = load_transfer()
-    workspace = shared_instances("workspace")
+    workspace = fixture_instances("workspace")
     monkeypatch.setattr(optimize_cmd, "lm_from_args", lambda args: RoutedLM(workspace))
     monkeypatch.setenv("TIDE_DATA", str(FIXTURE_DATA))
     paths = {}

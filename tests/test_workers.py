@@ -8,7 +8,7 @@ import time
 
 import dspy
 import pytest
-from routed_lm import RoutedLM, shared_instances
+from routed_lm import RoutedLM, fixture_instances
 
 from tide_dspy.evaluation import check_workers, evaluate, read_rows
 from tide_dspy.programs import build_program
@@ -50,7 +50,7 @@ class Crash(BaseException):
 
 @pytest.fixture(scope="module")
 def train():
-    return shared_instances("workspace", "train")
+    return fixture_instances("workspace", "train")
 
 
 def test_workers_run_instances_at_once_with_the_callers_lm(tmp_path, train):
