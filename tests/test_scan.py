@@ -183,3 +183,26 @@ def test_scan_falls_back_to_written_ratings_when_the_backend_refuses_logprobs(re
         record = Scanner("repository")(repo, ContextView.of(repo), guidance="")
     assert record.failures == 0 and record.from_probabilities == 0
     assert [s.score for s in record.suspects] == [0] * len(repo.artifacts)
+
+
+def test_scan_recall_metric_reads_the_scan_and_refuses_a_program_without_one(repo):
+    from tide_dspy.optimize import make_metric
+
+    lm = DummyLM([*scan_answers(), {"findings": []}])
+    with dspy.context(lm=lm):
+        pred = TIDE("repository", max_rounds=1, scan=True, focus_size=2)(repo)
+    metric = make_metric("scan-recall")
+    assert metric(dspy.Example(case=repo), pred) == 1.0  # both gold functions are rated highest (9 and 8)
+    with pytest.raises(ValueError, match="scanning program"):
+        metric(dspy.Example(case=repo), dspy.Prediction(findings=[], scan=None))
+
+
+def test_evaluation_reports_the_mean_scan_recall(repo):
+    from tide_dspy.evaluation import evaluate
+
+    lm = DummyLM([*scan_answers(), {"findings": []}])
+    with dspy.context(lm=lm):
+        result = evaluate(TIDE("repository", max_rounds=1, scan=True, focus_size=2), [repo], lm=lm)
+        plain = evaluate(TIDE("repository", max_rounds=1), [repo], lm=DummyLM([{"findings": []}]))
+    assert result.scan_recall == 1.0
+    assert plain.scan_recall is None
