@@ -75,7 +75,11 @@ def make_program(method: str, args, templates: TemplateLibrary | None = None, ro
     T, k = rounds or args.rounds or shape.rounds, args.per_round or shape.per_round
     shown = dict(context_order_seed=args.shuffle_context, max_evidence=args.max_evidence)
     if args.scan and method not in FLOORS:
+        # Every LM method gets the same scan (TIDE's library as the scan's guidance, so the scan calls are the
+        # same prompts and DSPy's cache answers them once); only the rounds differ.
         shown.update(scan=True, focus_size=args.focus_size)
+        if method != "tide" and templates:
+            shown["scan_templates"] = templates.templates
     if method in ("tide", "iter"):
         return build_program(method, args.setting, templates=templates.templates if templates else None,
                              max_rounds=T, per_round=k, **shown)

@@ -206,3 +206,17 @@ def test_evaluation_reports_the_mean_scan_recall(repo):
         plain = evaluate(TIDE("repository", max_rounds=1), [repo], lm=DummyLM([{"findings": []}]))
     assert result.scan_recall == 1.0
     assert plain.scan_recall is None
+
+
+def test_a_baseline_scans_with_the_given_templates_and_rounds_without_them(repo, tmp_path):
+    from tide_dspy.schemas import Template
+
+    library = [Template(id="repo-t001", name="Off by one", pattern="a bound one too far", evidence_flow=["look"])]
+    program = SingleAgent("repository", scan=True, scan_templates=library)
+    lm = DummyLM([*scan_answers(), {"findings": []}])
+    with dspy.context(lm=lm):
+        program(repo)
+    scan_prompt, round_prompt = (lm.history[i]["messages"][-1]["content"] for i in (0, len(repo.artifacts)))
+    assert "Off by one" in scan_prompt and "Off by one" not in round_prompt
+    loaded = load_program(save_program(program, tmp_path / "p.json"))
+    assert [t.id for t in loaded.scan_templates] == ["repo-t001"] and loaded.templates == []

@@ -85,6 +85,7 @@ class DiscoveryProgram(dspy.Module):
         max_evidence: int | None = None,
         context_order_seed: int | None = None,
         scan: bool = False,
+        scan_templates: list[Template] | None = None,
         focus_size: int = 8,
     ):
         super().__init__()
@@ -110,6 +111,9 @@ class DiscoveryProgram(dspy.Module):
         self.discover = dspy.Predict(get_setting(setting).round_signature)
         # scan=True: rate every artifact first; each round reads the `focus_size` most suspect unfound ones in full.
         self.scanner = Scanner(setting) if scan else None
+        # The templates the scan rates against when the rounds themselves use none (a baseline compared with
+        # TIDE on the same scan); by default the program's own.
+        self.scan_templates = list(scan_templates or [])
 
     @property
     def setting(self) -> Setting:
@@ -140,6 +144,8 @@ class DiscoveryProgram(dspy.Module):
             # Only a scanning program records its scan settings, so the configs (and the resume checks) of
             # programs without a scan read as they did before the scan existed.
             **({"scan": True, "focus_size": self.focus_size} if self.scanner is not None else {}),
+            **({"scan_templates": [t.model_dump() for t in self.scan_templates]}
+               if self.scanner is not None and self.scan_templates else {}),
         )
 
     @classmethod
@@ -150,6 +156,8 @@ class DiscoveryProgram(dspy.Module):
         if target is None:
             raise ValueError(f"unknown program kind {kind!r} in saved config; expected one of {sorted(PROGRAM_KINDS)}")
         config["templates"] = [Template.model_validate(t) for t in config.get("templates", [])]
+        if "scan_templates" in config:
+            config["scan_templates"] = [Template.model_validate(t) for t in config["scan_templates"]]
         return target(**config)
 
     def dump_state(self, json_mode=True):
@@ -172,7 +180,7 @@ class DiscoveryProgram(dspy.Module):
         """The scan's ranking of the instance's artifacts (None, None without scan)."""
         if self.scanner is None:
             return None, None
-        record = self.scanner(instance, self.view(instance), self.guidance_text())
+        record = self.scanner(instance, self.view(instance), render_templates(self.scan_templates or self.templates))
         ranking = rank(record.suspects, f"{self.context_order_seed}:{instance.instance_id}")
         record.ranked, record.focus_size = list(ranking.ids), self.focus_size
         record.recall_at_focus = recall_at(record.ranked, instance, self.focus_size)

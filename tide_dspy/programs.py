@@ -42,7 +42,8 @@ CONFIG_BOUNDS: dict[str, tuple[float, float]] = {
 }
 # Seeds: any integer, or null for none.
 SEED_KEYS = ("context_order_seed", "seed")
-CONFIG_KEYS = frozenset({"kind", "setting", "guidance", "templates", "demos", "scan", *CONFIG_BOUNDS, *SEED_KEYS})
+CONFIG_KEYS = frozenset({"kind", "setting", "guidance", "templates", "demos", "scan", "scan_templates", *CONFIG_BOUNDS,
+                         *SEED_KEYS})
 STATE_KEYS = frozenset({"metadata", "tide_config", "tide_extra"})
 
 
