@@ -42,7 +42,7 @@ def test_fixture_folder_is_ingested_in_the_shared_shape():
         assert list(a.payload) == keys
     items = by_title(result)
     approval = items["Badge printer quote: approved"].payload
-    assert approval["sender"] == "Dana Whitfield <dana.whitfield@northwind.example>"
+    assert approval["sender"] == "Dana Kittredge <dana.kittredge@northwind.example>"
     assert approval["to"] == ["Sam Ortiz <sam.ortiz@northwind.example>"]
     assert approval["cc"] == ["Priya Raman <priya.raman@northwind.example>"]
     assert approval["timestamp"] == "2026-03-09T08:42:00" == items["Badge printer quote: approved"].created_at
@@ -129,7 +129,7 @@ APPROVAL = {
     "description": "Dana's verbal approval is not recorded: REQ-2207 still waits for her e-signature and the price "
                    "hold ends on 13 March",
     "action_id": "act_request_approval",
-    "parameters": {"approver": "Dana Whitfield", "item": "REQ-2207", "needed_by": "2026-03-13",
+    "parameters": {"approver": "Dana Kittredge", "item": "REQ-2207", "needed_by": "2026-03-13",
                    "justification": "vendor price hold"},
     "used_template_id": "",
     "why": "",
@@ -175,7 +175,7 @@ def test_cli_workspace_end_to_end(workspace, tmp_path, monkeypatch, capsys):
     assert data["findings"][0]["action"]["action_id"] == "act_request_approval"
     md = (out / "report.md").read_text()
     assert f'`{evidence[0]} email "Badge printer quote: approved" (verbal-approval.eml)`' in md
-    assert "Action: `act_request_approval (request_approval)`" in md and "- approver: Dana Whitfield" in md
+    assert "Action: `act_request_approval (request_approval)`" in md and "- approver: Dana Kittredge" in md
     assert "## Skipped inputs" in md and "- broken.ics: not an iCalendar file" in md
     page = (out / "report.html").read_text()
     assert "Badge printer quote: approved" in page and "default action library" in page
