@@ -83,12 +83,13 @@ def _common(args: argparse.Namespace) -> dict:
 
 
 def scan_focus(args: argparse.Namespace) -> int | None:
-    """--scan N, none with --no-scan, else the backbone's measured default."""
-    from tide_dspy.backbones import resolve
+    """--scan N, none with --no-scan, else the registered backbone's measured default."""
+    from tide_dspy.backbones import BACKBONES
 
     if args.scan is not None:
         return args.scan or None
-    return resolve(args.backbone).discover_scan
+    registered = BACKBONES.get(args.backbone)
+    return registered.discover_scan if registered is not None else None
 
 
 def run_repo(args: argparse.Namespace) -> int:
