@@ -33,7 +33,9 @@ def instance_text(setting, instance) -> str:
 
 
 def copied_tokens(rows: list[dict], library, instances: dict, setting) -> dict:
-    """Counts of findings that cite a template, and of those that copy its specific tokens (with the tokens)."""
+    """How many findings copy a template's specific tokens, with the tokens. A finding that names a template is
+    checked against it; one that names none (small models often leave the field empty or put a handle there) is
+    checked against every template of the library."""
     from tide_dspy.abstraction import check_finding
 
     by_id = {t.id: t for t in library}
@@ -43,18 +45,17 @@ def copied_tokens(rows: list[dict], library, instances: dict, setting) -> dict:
         instance = instances[row["instance_id"]]
         context = instance_text(setting, instance)
         for finding in row["findings"]:
-            template = by_id.get((finding.get("used_template_id") or "").strip())
-            if template is None:
-                continue
-            citing += 1
-            report = check_finding(finding["description"], finding.get("why", ""), template_text(template), context)
-            if not report.passed:
-                copying += 1
-                for leak in report.leaks:
-                    tokens[leak.token] = tokens.get(leak.token, 0) + 1
+            cited = by_id.get((finding.get("used_template_id") or "").strip())
+            citing += cited is not None
+            leaks = {leak.token for template in ([cited] if cited else library)
+                     for leak in check_finding(finding["description"], finding.get("why", ""),
+                                               template_text(template), context).leaks}
+            copying += bool(leaks)
+            for token in leaks:
+                tokens[token] = tokens.get(token, 0) + 1
     findings = sum(len(r["findings"]) for r in rows)
     return {"findings": findings, "citing_a_template": citing, "copying_template_tokens": copying,
-            "copy_rate": round(copying / citing, 4) if citing else None,
+            "copy_rate": round(copying / findings, 4) if findings else None,
             "copied_tokens": dict(sorted(tokens.items(), key=lambda kv: -kv[1])[:20])}
 
 
@@ -105,7 +106,8 @@ def main(argv: list[str] | None = None) -> int:
         if code != 0:
             return code
         summary = json.loads((run_dir / "summary.json").read_text())
-        rows = list(read_rows(run_dir / "results.jsonl").values())
+        ran = set(summary["instances"])
+        rows = [r for r in read_rows(run_dir / "results.jsonl").values() if r["instance_id"] in ran]
         report[label] = {"library": str(path), "templates": len(TemplateLibrary.load(path)),
                          "instances": summary["instances"],
                          "f1": summary["f1"], "coverage": summary["coverage"], "judge": summary["judge"],
