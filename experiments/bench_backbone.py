@@ -40,10 +40,11 @@ from tide_dspy.data.records import instance_from_record  # noqa: E402
 from tide_dspy.discovery import TIDE, DiscoveryState  # noqa: E402
 from tide_dspy.schemas import Finding  # noqa: E402
 from tide_dspy.templates import TemplateLibrary  # noqa: E402
-from tide_dspy.settings import get_setting  # noqa: E402
+from tide_dspy.util.paths import data_root  # noqa: E402
+from tide_dspy.domains import get_setting  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_DATA = Path(os.environ.get("TIDE_SHARED_DATA", ROOT.parent / "shared" / "data")) / "repository" / "swebench_multibug.jsonl"
+DEFAULT_DATA = data_root() / "repository" / "swebench_multibug.jsonl"
 DEFAULT_INSTANCE = "pytest-dev__pytest__multi-10"  # the smallest candidate pool (~3k tokens rendered)
 
 
@@ -116,7 +117,7 @@ def grounded_schemas(repository_instance) -> dict[str, dict]:
     from dspy.adapters.json_adapter import _get_structured_outputs_response_format
 
     from tide_dspy.data import load_instances
-    from tide_dspy.settings import ContextView
+    from tide_dspy.domains import ContextView
 
     workspace = load_instances(ROOT / "tests" / "fixtures" / "instances" / "workspace.jsonl", setting="workspace")[0]
     out = {}

@@ -23,14 +23,14 @@ from pathlib import Path
 import dspy
 
 from tide_dspy import analysis
-from tide_dspy.backbones import adapter_for, describe_lm
-from tide_dspy.cli.common import add_lm_options, lm_for
+from tide_dspy.backbones import describe_lm, lm_context
+from tide_dspy.cli.common import add_lm_options, lm_from_args
 from tide_dspy.data import load_instances
 from tide_dspy.evaluation import data_path, evaluate, read_rows, select_instances
 from tide_dspy.metrics import InstanceScore, aggregate, make_judge
 from tide_dspy.programs import build_program, program_dir
 from tide_dspy.schemas import SETTING_NAMES
-from tide_dspy.settings import get_setting
+from tide_dspy.domains import get_setting
 from tide_dspy.templates import TemplateLibrary, solved_demos
 from tide_dspy.tracking import tracked_run
 
@@ -75,7 +75,11 @@ def make_program(method: str, args, templates: TemplateLibrary | None = None, ro
     T, k = rounds or args.rounds or shape.rounds, args.per_round or shape.per_round
     shown = dict(context_order_seed=args.shuffle_context, max_evidence=args.max_evidence)
     if args.scan and method not in FLOORS:
+        # Every LM method gets the same scan (TIDE's library as the scan's guidance, so the scan calls are the
+        # same prompts and DSPy's cache answers them once); only the rounds differ.
         shown.update(scan=True, focus_size=args.focus_size)
+        if method != "tide" and templates:
+            shown["scan_templates"] = templates.templates
     if method in ("tide", "iter"):
         return build_program(method, args.setting, templates=templates.templates if templates else None,
                              max_rounds=T, per_round=k, **shown)
@@ -263,7 +267,7 @@ def demos(args, instances, out, lm, judge) -> dict:
 def transfer(args, instances, out, lm_unused, judge) -> dict:
     records = []
     for inference in args.backbones:
-        lm = lm_for(args, inference)
+        lm = lm_from_args(args, inference)
         for source in args.template_sources:
             program = make_program("tide", args, template_library(args, source_backbone=source))
             raw = run_raw(args, {f"tide-{inference}-with-{source}": program}, instances, out, lm, judge)
@@ -361,7 +365,7 @@ def main(argv=None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     instances = chosen_instances(args)
     print(f"{len(instances)} instances: {', '.join(i.instance_id for i in instances)}", flush=True)
-    lm = lm_for(args)
+    lm = lm_from_args(args)
     if args.runs > 1 and not lm.kwargs.get("temperature"):
         print("--runs > 1 at temperature 0 would repeat one sample: using temperature 0.7 for every run")
         lm = lm.copy(temperature=0.7)
@@ -374,7 +378,7 @@ def main(argv=None) -> int:
         with tracked_run(f"experiment-{name}", setting=args.setting, backbone=args.backbone, params=params):
             import mlflow
 
-            with dspy.context(lm=lm, adapter=adapter_for(lm)):
+            with lm_context(lm):
                 metrics = EXPERIMENTS[name](args, instances, out, lm, judge)
             write_meta(out / f"meta-{name}.json", lm, judge, started, {
                 "experiment": name, "instances": [i.instance_id for i in instances],

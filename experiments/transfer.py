@@ -26,7 +26,7 @@ def template_text(template) -> str:
 
 def instance_text(setting, instance) -> str:
     """Everything the round shows the model about this instance (context, profile, actions), templates aside."""
-    from tide_dspy.settings import ContextView
+    from tide_dspy.domains import ContextView
 
     inputs = setting.round_inputs(instance, ContextView.of(instance), guidance="", found=[], max_new=1)
     return "\n\n".join(str(v) for k, v in inputs.items() if k != "templates")
@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     from tide_dspy.cli.main import main as tide
     from tide_dspy.data import load_instances
     from tide_dspy.evaluation import data_path, read_rows
-    from tide_dspy.settings import get_setting
+    from tide_dspy.domains import get_setting
     from tide_dspy.templates import TemplateLibrary
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -16,9 +16,24 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 # Fixture repositories under fixtures/ carry their own test suites; they run only inside those repositories.
 collect_ignore_glob = ["fixtures/*"]
 
-SHARED_DATA = Path(os.environ.get("TIDE_SHARED_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
-WORKSPACE_JSONL = SHARED_DATA / "workspace" / "workspaces.jsonl"
-REPOSITORY_JSONL = SHARED_DATA / "repository" / "swebench_multibug.jsonl"
+# The offline tests read the small hand-written instances under fixtures/instances (laid out like the data folder:
+# workspace/ and repository/, so it can stand in for $TIDE_DATA); see its README. The benchmark data is never copied
+# into the repository: only the tests about the data itself read it, from $TIDE_DATA (default ../shared/data), and
+# skip with a reason without it.
+FIXTURE_DATA = Path(__file__).resolve().parent / "fixtures" / "instances"
+WORKSPACE_JSONL = FIXTURE_DATA / "workspace" / "workspaces.jsonl"
+REPOSITORY_JSONL = FIXTURE_DATA / "repository" / "instances.jsonl"
+
+
+def full_data(setting: str) -> Path:
+    """The full benchmark data of a setting ($TIDE_DATA/<setting>); the test is skipped with a reason without it."""
+    from tide_dspy.util.paths import DATA_ENV, data_root
+
+    path = data_root() / setting
+    if not path.exists():
+        pytest.skip(f"the full benchmark data is not at {path}; set {DATA_ENV} to the folder holding "
+                    "workspace/ and repository/ to run this data test")
+    return path
 
 
 @pytest.fixture(autouse=True)
@@ -31,8 +46,6 @@ def clear_settings_and_cache():
 
 
 def _first_record(path: Path, predicate=lambda r: True) -> dict:
-    if not path.exists():
-        pytest.skip(f"shared data not found at {path}; set TIDE_SHARED_DATA")
     with path.open() as f:
         for line in f:
             record = json.loads(line)
@@ -43,32 +56,23 @@ def _first_record(path: Path, predicate=lambda r: True) -> dict:
 
 @pytest.fixture(scope="session")
 def workspace_instance():
+    """The first train-split workspace instance of the fixtures (12 artifacts, 5 problems)."""
     from tide_dspy.data.records import instance_from_record
 
-    return instance_from_record(_first_record(WORKSPACE_JSONL))
+    return instance_from_record(_first_record(WORKSPACE_JSONL, lambda r: r["split"] == "train"))
 
 
 @pytest.fixture(scope="session")
 def repository_instance():
-    """The smallest-candidate-pool repository instance of the shared data (cheap to render)."""
+    """The train-split repository instance of the fixtures (8 functions, 2 problems with patches)."""
     from tide_dspy.data.records import instance_from_record
 
-    if not REPOSITORY_JSONL.exists():
-        pytest.skip(f"shared data not found at {REPOSITORY_JSONL}; set TIDE_SHARED_DATA")
-    best = None
-    with REPOSITORY_JSONL.open() as f:
-        for line in f:
-            # num_candidates sits near the start of each line; avoid parsing 25 MB of code for the min.
-            head = json.loads(line[: line.index('"candidates"') - 2] + "}")
-            if best is None or head["num_candidates"] < best[0]:
-                best = (head["num_candidates"], line)
-    return instance_from_record(json.loads(best[1]))
+    return instance_from_record(_first_record(REPOSITORY_JSONL, lambda r: r["split"] == "train"))
 
 
 @pytest.fixture(scope="session")
 def repository_fixture_instance():
-    """The tiny repository instance under tests/fixtures/instances (no shared data needed)."""
-    from tide_dspy.data import load_instances
+    """The first, test-split repository instance of the fixtures (6 functions, 2 problems)."""
+    from tide_dspy.data.records import instance_from_record
 
-    return load_instances(Path(__file__).parent / "fixtures" / "instances" / "repository.jsonl",
-                          setting="repository")[0]
+    return instance_from_record(_first_record(REPOSITORY_JSONL))

@@ -9,11 +9,15 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 from dspy.clients.engines.dummy_engine import AsyncDummyEngine, DummyEngine
 from dspy.utils.dummies import DummyLM
 
 from tide_dspy.schemas import Instance
+
+# The hand-written test instances, laid out like the data folder (workspace/, repository/).
+FIXTURE_DATA = Path(__file__).resolve().parent / "fixtures" / "instances"
 
 
 def field_block(message: str, field: str) -> str:
@@ -100,16 +104,8 @@ class RoutedLM(DummyLM):
         return drafts
 
 
-def shared_instances(setting: str, split: str | None = None) -> list[Instance]:
-    """The shared data set's instances (the test is skipped when the data is not there)."""
-    import os
-    from pathlib import Path
-
-    import pytest
-
+def fixture_instances(setting: str, split: str | None = None) -> list[Instance]:
+    """The hand-written test instances of a setting (tests/fixtures/instances; see its README)."""
     from tide_dspy.data import load_instances
 
-    root = Path(os.environ.get("TIDE_SHARED_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
-    if not (root / setting).exists():
-        pytest.skip(f"shared data not found at {root}; set TIDE_SHARED_DATA")
-    return load_instances(root / setting, setting=setting, split=split)
+    return load_instances(FIXTURE_DATA / setting, setting=setting, split=split)

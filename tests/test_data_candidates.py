@@ -1,4 +1,5 @@
-"""The candidate parser reproduces the repository data set's functions and follows its README's rules."""
+"""The candidate parser reproduces the candidates of a (hand-written) repository instance and follows the data
+README's rules."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ def _place(code: str, start_line: int, header: str | None) -> str:
     return "\n" * pad + (header + "\n" if header else "") + code + "\n"
 
 
-def test_reproduces_shared_candidates(tmp_path, repository_instance):
+def test_reproduces_the_fixture_candidates(tmp_path, repository_instance):
     checked = 0
     for cand in repository_instance.artifacts:
         p = cand.payload

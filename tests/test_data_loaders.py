@@ -1,4 +1,5 @@
-"""Loading both shared data sets through `datasets`, and the errors a malformed line gives."""
+"""Loading JSONL through `datasets`, and the errors a malformed line gives (on the hand-written fixtures); the
+counts of both benchmark data sets (data tests: they read $TIDE_DATA and skip with a reason without it)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import logging
 import dspy
 import pytest
 
-from conftest import REPOSITORY_JSONL, WORKSPACE_JSONL
+from conftest import WORKSPACE_JSONL, full_data  # fixtures/instances (hand-written); full_data: $TIDE_DATA
 from tide_dspy.cli.main import main
 from tide_dspy.data import InvalidRecordError, load_instances, load_with_report, to_examples
 from tide_dspy.data.stats import dataset_stats
@@ -22,16 +23,14 @@ def hf_cache(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def repository_instances(hf_cache):
-    if not REPOSITORY_JSONL.exists():
-        pytest.skip(f"shared data not found at {REPOSITORY_JSONL}")
-    return load_instances(REPOSITORY_JSONL, cache_dir=hf_cache)
+    return load_instances(full_data("repository") / "swebench_multibug.jsonl", cache_dir=hf_cache)
 
 
 @pytest.fixture(scope="session")
 def workspace_records():
-    if not WORKSPACE_JSONL.exists():
-        pytest.skip(f"shared data not found at {WORKSPACE_JSONL}")
-    return [json.loads(line) for line in WORKSPACE_JSONL.read_text().splitlines()]
+    """The fixture workspaces in the benchmark's record format (no "setting" key): the train ones."""
+    records = [json.loads(line) for line in WORKSPACE_JSONL.read_text().splitlines()]
+    return [r for r in records if "setting" not in r]
 
 
 def _by_split(instances):
@@ -39,8 +38,8 @@ def _by_split(instances):
             for s in ("train", "test")}
 
 
-def test_workspace_counts(hf_cache, workspace_records):
-    instances = load_instances(WORKSPACE_JSONL.parent, cache_dir=hf_cache)
+def test_workspace_counts(hf_cache):
+    instances = load_instances(full_data("workspace"), cache_dir=hf_cache)
     assert (len(instances), sum(len(i.problems) for i in instances)) == (6, 31)
     assert _by_split(instances) == {"train": (2, 10), "test": (4, 21)}
     assert sum(len(i.artifacts) for i in instances) == 317
@@ -60,9 +59,10 @@ def test_repository_counts(repository_instances):
     assert all(i.setting == "repository" and i.artifacts[0].kind == "function" for i in instances)
 
 
-def test_split_filter_and_examples(hf_cache, workspace_records):
+def test_split_filter_and_examples(hf_cache):
     test = load_instances(WORKSPACE_JSONL, split="test", cache_dir=hf_cache)
-    assert [i.split for i in test] == ["test"] * 4
+    assert [i.instance_id for i in test] == ["ws-tiny", "ws-larkspur-school"]  # of 4, in file order
+    assert [i.split for i in test] == ["test"] * 2
     examples = to_examples(test)
     assert isinstance(examples[0], dspy.Example) and set(examples[0].inputs().keys()) == {"case"}
     assert examples[0].case is test[0]
@@ -165,9 +165,10 @@ def test_stats_cli(capsys, tmp_path, workspace_records):
     assert main(["data", "stats", str(WORKSPACE_JSONL)]) == 0
     out = capsys.readouterr().out
     lines = {line.split()[0]: line.split() for line in out.splitlines()[3:]}
-    assert lines["train"][1:5] == ["2", "10", "107", "31"]
-    assert lines["test"][1:5] == ["4", "21", "210", "62"]
-    assert lines["total"][1:5] == ["6", "31", "317", "93"]
+    # instances, problems, artifacts, evidence ids of the hand-written fixtures, per split
+    assert lines["train"][1:5] == ["2", "10", "24", "21"]
+    assert lines["test"][1:5] == ["2", "5", "14", "10"]
+    assert lines["total"][1:5] == ["4", "15", "38", "31"]
 
     bad = _write(tmp_path, [workspace_records[0], "{oops"])
     assert main(["data", "stats", str(bad)]) == 2

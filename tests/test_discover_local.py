@@ -36,13 +36,15 @@ def test_discover_sample_repo_on_the_embedded_model(local_small_weights, tmp_pat
     print(printed)  # visible with -s: the progress lines and the summary
     assert rc == 0
     assert "[round 1]" in printed and "done: " in printed
-    candidates = {f"{p.relative_to(SAMPLE_REPO).as_posix()}::" for p in sources}
-    findings = json.loads((out / "findings.json").read_text())["findings"]
-    for f in findings:
-        assert all(any(e.startswith(prefix) for prefix in candidates) for e in f["evidence"])
-        if f["patch"]:
-            assert f["patch_check"]["status"] in ("applies", "does not apply")
     run = json.loads((out / "run.json").read_text())
-    assert 1 <= run["summary"]["rounds"] <= 2 and run["summary"]["lm_calls"] >= 1
+    summary = run["summary"]
+    # What the model did: every round ran and answered (none failed) and the tokens of each call were counted
+    # (prefix reuse is asserted by test_local_smoke.py, which sees the engine's calls).
+    assert 1 <= summary["rounds"] <= 2 and summary["failed_rounds"] == 0
+    assert summary["lm_calls"] >= summary["rounds"]
+    assert summary["input_tokens"] > 0 and summary["output_tokens"] > 0
+    rounds = run["rounds"]
+    assert all(r["input_tokens"] and r["output_tokens"] for r in rounds)
+    assert summary["findings"] == len(json.loads((out / "findings.json").read_text())["findings"])
     assert (out / "report.md").read_text().startswith("# TIDE discover report")
     assert {p: p.read_text() for p in sources} == sources  # nothing was applied

@@ -12,11 +12,11 @@ from dspy.utils.dummies import DummyLM
 from tide_dspy.cli import discover_cmd
 from tide_dspy.cli.main import main
 from tide_dspy.data import estimate_tokens
-from tide_dspy.discover import discover_repository, write_report
-from tide_dspy.discover.patches import APPLIES, DOES_NOT_APPLY, NO_PATCH, PatchChecker, git_toplevel
-from tide_dspy.discover.run import select_files
-from tide_dspy.discover.windows import PROMPT_OVERHEAD_TOKENS
-from tide_dspy.settings import NO_GUIDANCE
+from tide_dspy.product import discover_repository, write_report
+from tide_dspy.product.patches import APPLIES, DOES_NOT_APPLY, NO_PATCH, PatchChecker, git_toplevel
+from tide_dspy.product.run import select_files
+from tide_dspy.product.windows import PROMPT_OVERHEAD_TOKENS
+from tide_dspy.domains import NO_GUIDANCE
 
 MATHUTIL = '''def mean(values):
     return sum(values) / (len(values) - 1)
@@ -178,6 +178,26 @@ def test_large_context_is_split_into_windows_and_findings_merged(repo):
     assert [r.record.rediscovered for r in result.rounds if r.record.round == 2] == [1, 1]
     assert any("split into 2 windows" in line for line in lines)
     assert any(line.startswith("[window 2/2, round 1]") for line in lines)
+
+
+def test_scan_reads_a_context_too_large_for_one_window_in_one_pass(repo):
+    # The same context that needs two windows without a scan: rated function by function, then one round that
+    # reads the most suspect function in full and the other four as one line each.
+    ratings = {"pkg/mathutil.py::mean": 8}
+    scan = [{"suspicion": ratings.get(a, 1), "template_id": "", "reason": "r"}
+            for a in ("pkg/mathutil.py::mean", "pkg/mathutil.py::Counter.__init__", "pkg/mathutil.py::Counter.bump",
+                      "pkg/text.py::shout", "tools/report.py::render")]
+    lm = DummyLM([*scan, *answers(finding("mean divides by n - 1", ["pkg/mathutil.py::mean"], GOOD_PATCH))])
+    fixed = PROMPT_OVERHEAD_TOKENS + 1000 + estimate_tokens(NO_GUIDANCE)
+    lines = []
+    result = discover_repository(repo, lm=lm, backbone="none-shipped", scan=1, progress=lines.append,
+                                 max_context_tokens=fixed + estimate_tokens(REPORT) + 90)  # two windows unscanned
+    assert result.windows == 1
+    assert [f.evidence for f in result.findings] == [["pkg/mathutil.py::mean"]]
+    round_prompt = lm.history[5]["messages"][-1]["content"]
+    assert "def mean(values):" in round_prompt and "Render rows as a table" not in round_prompt
+    assert "tools/report.py::render" in round_prompt.split("Other artifacts, not shown in full:")[1]
+    assert any("scanning first (focus 1)" in line for line in lines)
 
 
 def test_one_file_larger_than_the_window_is_a_clear_error(repo):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tide_dspy.discover.windows import WindowTooSmall, make_units, split_windows, window_budget
+from tide_dspy.product.windows import WindowTooSmall, make_units, split_windows, window_budget
 from tide_dspy.schemas import Artifact
 
 

@@ -13,9 +13,9 @@ from dspy.utils.dummies import DummyLM
 
 from tide_dspy.cli import discover_cmd
 from tide_dspy.cli.main import main
-from tide_dspy.discover import discover_workspace
-from tide_dspy.discover.ingest import ingest_workspace
-from tide_dspy.discover.library import PROBE_ACTION_TYPES, default_actions, load_actions, load_profile
+from tide_dspy.product import discover_workspace
+from tide_dspy.product.ingest import ingest_workspace
+from tide_dspy.product.library import PROBE_ACTION_TYPES, default_actions, load_actions, load_profile
 
 FIXTURE = Path(__file__).parent / "fixtures" / "ingest"
 EMAIL_KEYS = ["subject", "sender", "to", "cc", "timestamp", "body"]
@@ -42,7 +42,7 @@ def test_fixture_folder_is_ingested_in_the_shared_shape():
         assert list(a.payload) == keys
     items = by_title(result)
     approval = items["Badge printer quote: approved"].payload
-    assert approval["sender"] == "Dana Whitfield <dana.whitfield@northwind.example>"
+    assert approval["sender"] == "Dana Kittredge <dana.kittredge@northwind.example>"
     assert approval["to"] == ["Sam Ortiz <sam.ortiz@northwind.example>"]
     assert approval["cc"] == ["Priya Raman <priya.raman@northwind.example>"]
     assert approval["timestamp"] == "2026-03-09T08:42:00" == items["Badge printer quote: approved"].created_at
@@ -129,7 +129,7 @@ APPROVAL = {
     "description": "Dana's verbal approval is not recorded: REQ-2207 still waits for her e-signature and the price "
                    "hold ends on 13 March",
     "action_id": "act_request_approval",
-    "parameters": {"approver": "Dana Whitfield", "item": "REQ-2207", "needed_by": "2026-03-13",
+    "parameters": {"approver": "Dana Kittredge", "item": "REQ-2207", "needed_by": "2026-03-13",
                    "justification": "vendor price hold"},
     "used_template_id": "",
     "why": "",
@@ -175,7 +175,7 @@ def test_cli_workspace_end_to_end(workspace, tmp_path, monkeypatch, capsys):
     assert data["findings"][0]["action"]["action_id"] == "act_request_approval"
     md = (out / "report.md").read_text()
     assert f'`{evidence[0]} email "Badge printer quote: approved" (verbal-approval.eml)`' in md
-    assert "Action: `act_request_approval (request_approval)`" in md and "- approver: Dana Whitfield" in md
+    assert "Action: `act_request_approval (request_approval)`" in md and "- approver: Dana Kittredge" in md
     assert "## Skipped inputs" in md and "- broken.ics: not an iCalendar file" in md
     page = (out / "report.html").read_text()
     assert "Badge printer quote: approved" in page and "default action library" in page
@@ -200,3 +200,26 @@ def test_cli_workspace_without_readable_files(tmp_path, monkeypatch, capsys):
     assert main(["discover", "workspace", str(tmp_path / "ws"), "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
     assert "no readable .eml" in err and "1 skipped" in err
+
+
+def test_library_call_scopes_the_adapter_of_its_lm_and_leaves_settings_alone(workspace, monkeypatch):
+    import dspy
+
+    from tide_dspy.backbones import registry
+
+    items = by_title(ingest_workspace(workspace))
+    evidence = [items["Badge printer quote: approved"].id, items["Re: Badge printer requisition"].id]
+    answers = [{"findings": json.dumps([{**APPROVAL, "evidence_ids": evidence}])}, {"findings": "[]"}]
+    seen = []
+
+    class Recording(dspy.JSONAdapter):
+        def __call__(self, *args, **kwargs):
+            seen.append(self)
+            return super().__call__(*args, **kwargs)
+
+    json_adapter = Recording()
+    lm = DummyLM(answers, adapter=json_adapter)
+    monkeypatch.setattr(registry, "adapter_for", lambda m: json_adapter if m is lm else None)
+    result = discover_workspace(workspace, lm=lm, backbone="none-shipped", progress=lambda _: None)
+    assert len(result.findings) == 1 and len(seen) == 2  # both rounds went through the scoped adapter
+    assert dspy.settings.adapter is None

@@ -11,7 +11,7 @@ from dspy.utils.dummies import DummyLM
 
 from tide_dspy.discovery import TIDE, DiscoveryProgram, DiscoveryState, MultiAgent, SingleAgent
 from tide_dspy.schemas import Finding, Template
-from tide_dspy.settings import get_setting
+from tide_dspy.domains import get_setting
 
 TEMPLATES = [
     Template(id="ws-t01", name="Verbal approval not recorded", pattern="an approval said aloud never reached the system",
@@ -68,7 +68,7 @@ def test_early_stop_on_a_round_with_nothing_new(workspace_instance):
 
 
 def test_tide_makes_at_most_T_calls_and_multi_agent_exactly_n(workspace_instance):
-    answers = [{"findings": [ws_draft(workspace_instance, i)]} for i in range(0, 20, 2)]
+    answers = [{"findings": [ws_draft(workspace_instance, i)]} for i in range(0, 12, 2)]  # more answers than calls
     lm = DummyLM(list(answers))
     with dspy.context(lm=lm):
         TIDE("workspace", max_rounds=4, per_round=1)(workspace_instance)

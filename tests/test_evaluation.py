@@ -6,7 +6,7 @@ import json
 
 import dspy
 import pytest
-from routed_lm import RoutedLM, shared_instances
+from routed_lm import RoutedLM, fixture_instances
 
 from tide_dspy import metrics
 from tide_dspy.evaluation import data_path, evaluate, format_table, read_rows, select_instances
@@ -38,7 +38,7 @@ class Flaky(dspy.Module):
 
 @pytest.fixture(scope="module")
 def train():
-    return shared_instances("workspace", "train")
+    return fixture_instances("workspace", "train")
 
 
 def test_rows_scores_and_run_files(tmp_path, train):
@@ -54,9 +54,9 @@ def test_rows_scores_and_run_files(tmp_path, train):
     expected = metrics.aggregate([metrics.score_instance(i.problems, [], judge=metrics.ProxyJudge()) for i in train])
     assert expected["f1"]["retrieval"] == 0
     # The routed LM answers with gold problems: 4 of 5 found per instance, all precise.
-    assert result["coverage"]["retrieval"] == pytest.approx(0.8)
-    assert result["precision"]["retrieval"] == pytest.approx(1.0)
-    assert result["n_instances"] == 2 and result["n_run"] == 2 and result["n_failed"] == 0
+    assert result.coverage["retrieval"] == pytest.approx(0.8)
+    assert result.precision["retrieval"] == pytest.approx(1.0)
+    assert result.n_instances == 2 and result.n_run == 2 and result.n_failed == 0
     config = json.loads((out.parent / "config.json").read_text())
     assert config["method"] == "iter" and config["judge"] == "proxy-lexical"
     assert config["instances"] == [i.instance_id for i in train]
@@ -76,7 +76,7 @@ def test_resume_after_a_crash_reruns_only_unfinished_instances(tmp_path, train):
     lm = RoutedLM(train)
     result = evaluate(program, train, out_path=out, lm=lm, progress=False, resume=True)
     assert lm.calls == 2  # only the second instance ran (two rounds)
-    assert result["n_resumed"] == 1 and result["n_run"] == 1 and result["n_instances"] == 2
+    assert result.n_resumed == 1 and result.n_run == 1 and result.n_instances == 2
     assert list(read_rows(out)) == [first.instance_id, second.instance_id]
     # resume=False starts over.
     evaluate(program, train[:1], out_path=out, lm=RoutedLM(train), progress=False, resume=False)
@@ -110,9 +110,9 @@ def test_a_failing_instance_is_recorded_scored_zero_and_rerun_on_resume(tmp_path
     assert rows[first.instance_id]["error"] == "RuntimeError: boom"
     assert rows[first.instance_id]["score"]["f1"]["retrieval"] == 0
     assert rows[second.instance_id]["error"] is None
-    assert result["n_failed"] == 1 and result["f1"]["retrieval"] == pytest.approx(0.5)
+    assert result.n_failed == 1 and result.f1["retrieval"] == pytest.approx(0.5)
     result = evaluate(program, train, out_path=out, lm=RoutedLM(train), progress=False, resume=True)
-    assert result["n_run"] == 1 and result["n_failed"] == 0 and result["f1"]["retrieval"] == pytest.approx(1.0)
+    assert result.n_run == 1 and result.n_failed == 0 and result.f1["retrieval"] == pytest.approx(1.0)
 
 
 def test_a_cut_last_line_is_ignored(tmp_path):
@@ -124,7 +124,7 @@ def test_a_cut_last_line_is_ignored(tmp_path):
 def test_judge_none_leaves_judged_components_unscored(train, tmp_path):
     program = build_program("iter", "workspace", max_rounds=1, per_round=1)
     result = evaluate(program, train[:1], judge=None, lm=RoutedLM(train), progress=False)
-    assert result["f1"]["identification"] is None and result["f1"]["retrieval"] > 0
+    assert result.f1["identification"] is None and result.f1["retrieval"] > 0
     assert "| identification | - | - | - |" in format_table(result)
 
 
@@ -151,6 +151,6 @@ def test_repository_instance_scores_with_patches(repository_instance):
     result = evaluate(program, [repository_instance], judge="proxy", lm=RoutedLM([repository_instance]),
                       progress=False)
     n = len(repository_instance.problems)
-    assert result["coverage"]["retrieval"] == pytest.approx(min(3, n) / n)
-    assert result["precision"]["retrieval"] == pytest.approx(1.0)
-    assert result["f1"]["resolution"] > 0.9  # the gold patch itself, judged by the proxy
+    assert result.coverage["retrieval"] == pytest.approx(min(3, n) / n)
+    assert result.precision["retrieval"] == pytest.approx(1.0)
+    assert result.f1["resolution"] > 0.9  # the gold patch itself, judged by the proxy

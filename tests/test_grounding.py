@@ -13,19 +13,19 @@ from tide_dspy.backbones.llamacpp import LlamaCppEngine
 from tide_dspy.data import load_instances
 from tide_dspy.discovery import TIDE, FirstListed, RandomBaseline, SingleAgent
 from tide_dspy.programs import build_program, load_program, save_program
-from tide_dspy.settings import ContextView, get_setting
+from tide_dspy.domains import ContextView, get_setting
 
 FIXTURES = Path(__file__).parent / "fixtures" / "instances"
 
 
 @pytest.fixture(scope="module")
 def ws():
-    return load_instances(FIXTURES / "workspace.jsonl", setting="workspace")[0]
+    return load_instances(FIXTURES / "workspace" / "workspaces.jsonl", setting="workspace")[0]
 
 
 @pytest.fixture(scope="module")
 def repo():
-    return load_instances(FIXTURES / "repository.jsonl", setting="repository")[0]
+    return load_instances(FIXTURES / "repository" / "instances.jsonl", setting="repository")[0]
 
 
 class SchemaRecorder:

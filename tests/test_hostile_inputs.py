@@ -14,34 +14,27 @@ from pathlib import Path
 import dspy
 import pytest
 from dspy.utils.dummies import DummyLM
-from test_discover_repo import GOOD_PATCH, answers, finding, run_git, write_tree
+from test_discover_repo import GOOD_PATCH, answers, finding, repo  # noqa: F401 (repo: a fixture)
 
 from tide_dspy.backbones import describe_lm, get_lm
-from tide_dspy.backbones.registry import scrub_secrets
+from tide_dspy.util.secrets import scrub_secrets
 from tide_dspy.cli import discover_cmd, optimize_cmd
+from tide_dspy.cli.common import command_line
+from tide_dspy.tracking import record_provenance
 from tide_dspy.cli.main import main
 from tide_dspy.data import safe_files
 from tide_dspy.data.git_tools import GitClone
 from tide_dspy.data.loaders import InvalidRecordError, load_instances, load_with_report
-from tide_dspy.data.records import read_json_file
-from tide_dspy.discover import discover_repository, discover_workspace, write_report
-from tide_dspy.discover.ingest import ingest_workspace
-from tide_dspy.discover.run import choose_program, select_files
+from tide_dspy.util.jsonio import read_json_file
+from tide_dspy.product import discover_repository, discover_workspace, write_report
+from tide_dspy.product.ingest import ingest_workspace
+from tide_dspy.product.run import choose_program, select_files
 from tide_dspy.evaluation import evaluate, read_rows
 from tide_dspy.programs import build_program, load_program, save_program
 
 HOSTILE = Path(__file__).parent / "fixtures" / "hostile"
 INGEST = Path(__file__).parent / "fixtures" / "ingest"
 SECRET = "s3cr3t-value"
-
-
-@pytest.fixture
-def repo(tmp_path) -> Path:
-    root = write_tree(tmp_path / "repo")
-    run_git(root, "init", "-q")
-    run_git(root, "add", ".")
-    run_git(root, "commit", "-qm", "initial")
-    return root
 
 
 def saved_state(tmp_path: Path, name: str = "p.json", **config) -> tuple[Path, dict]:
@@ -226,7 +219,7 @@ def test_a_row_cut_mid_write_is_dropped_before_the_next_row_is_appended(tmp_path
     complete, second = out.read_text().splitlines()
     out.write_text(complete + "\n" + second[: len(second) // 2])  # killed while writing the second row
     result = evaluate(program, two_records(), out_path=out, lm=empty_lm(), progress=False, resume=True)
-    assert result["n_run"] == 1
+    assert result.n_run == 1
     assert list(read_rows(out)) == ["w1", "w3"]
     assert [json.loads(line)["instance_id"] for line in out.read_text().splitlines()] == ["w1", "w3"]
 
@@ -238,7 +231,7 @@ def test_query_string_credentials_and_headers_are_scrubbed_everywhere(tmp_path, 
     lm = get_lm("openai-compatible", api_base=base)
     assert SECRET not in json.dumps(describe_lm(lm)) and "x=1" in describe_lm(lm)["api_base"]
     # evaluate's config.json, from the CLI (its command line names --api-base)
-    monkeypatch.setattr(optimize_cmd, "make_lm", lambda args: empty_lm())
+    monkeypatch.setattr(optimize_cmd, "lm_from_args", lambda args: empty_lm())
     out = tmp_path / "eval"
     rc = main(["evaluate", "--method", "iter", "--setting", "workspace", "--data", str(HOSTILE / "two-records.jsonl"),
                "--rounds", "1", "--out", str(out), "--no-track", "--api-base", base])
@@ -246,7 +239,7 @@ def test_query_string_credentials_and_headers_are_scrubbed_everywhere(tmp_path, 
     assert SECRET not in (out / "config.json").read_text() and "api_key=REDACTED" in (out / "config.json").read_text()
     # provenance.json
     args = argparse.Namespace(command="compile", api_base=base, backbone="openai-compatible")
-    optimize_cmd.record_provenance(args, tmp_path / "prov", "tide.json", api_base=base)
+    record_provenance(tmp_path / "prov", "tide.json", command_line(args), api_base=base)
     assert SECRET not in (tmp_path / "prov" / "provenance.json").read_text()
     # a saved program, after set_lm with headers
     program = build_program("iter", "workspace")
@@ -314,7 +307,7 @@ def test_a_corrupt_saved_program_names_the_file(tmp_path, corrupt, message):
 
 
 def test_bad_yaml_files_name_the_file(tmp_path):
-    from tide_dspy.discover.library import load_profile
+    from tide_dspy.product.library import load_profile
     from tide_dspy.optimize import load_optimizer_config
 
     profile = tmp_path / "profile.yaml"
@@ -338,7 +331,7 @@ def test_out_pointing_at_a_file_is_refused_before_any_lm_work(repo, tmp_path, mo
         raise AssertionError("the LM was built before --out was checked")
 
     monkeypatch.setattr(discover_cmd, "lm_from_args", no_lm)
-    monkeypatch.setattr(optimize_cmd, "make_lm", no_lm)
+    monkeypatch.setattr(optimize_cmd, "lm_from_args", no_lm)
     taken = tmp_path / "taken"
     taken.write_text("a file\n")
     assert main(["discover", "repo", str(repo), "--out", str(taken)]) == 2

@@ -366,7 +366,7 @@ def test_tide_metric_in_dspy_evaluate(example):
     assert result.score == pytest.approx(80.0)
 
 
-def test_gold_findings_score_one_on_shared_data(workspace_instance):
+def test_gold_findings_score_one_on_a_workspace_instance(workspace_instance):
     findings = [Finding(description=p.description, evidence=p.evidence, action=p.action) for p in workspace_instance.problems]
     pred = dspy.Prediction(findings=findings)
     ex = dspy.Example(case=workspace_instance).with_inputs("case")
@@ -374,7 +374,7 @@ def test_gold_findings_score_one_on_shared_data(workspace_instance):
     assert tide_metric("mean", judge="proxy")(ex, pred) == 1.0
 
 
-def test_gold_patches_score_one_on_shared_repository_data(repository_instance):
+def test_gold_patches_score_one_on_a_repository_instance(repository_instance):
     findings = [Finding(description=p.description, evidence=p.evidence, patch=p.patch) for p in repository_instance.problems]
     s = score_instance(repository_instance, findings, judge=ProxyJudge(), setting="repository")
     assert s.f1 == {"retrieval": 1.0, "identification": 1.0, "resolution": 1.0}
@@ -393,8 +393,12 @@ def test_feedback_metric_names_missed_spurious_and_duplicates(example):
 
 
 def test_feedback_metric_is_accepted_by_gepa(example):
-    gepa = dspy.GEPA(metric=tide_feedback_metric(), auto="light", reflection_lm=DummyLM([]))
-    assert gepa.metric_fn is not None
+    metric = tide_feedback_metric()
+    gepa = dspy.GEPA(metric=metric, auto="light", reflection_lm=DummyLM([]))
+    assert gepa.metric_fn is metric
+    # Called the way GEPA calls it (gold, pred, trace, pred_name, pred_trace): an empty answer scores 0 and says why.
+    out = gepa.metric_fn(example, dspy.Prediction(findings=[]), None, "discover", None)
+    assert out.score == 0.0 and "Missed gold problem g1" in out.feedback
 
 
 def test_instance_score_round_trips_through_json():

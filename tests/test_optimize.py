@@ -3,7 +3,6 @@ MLflow (a temporary sqlite store) and a registered program loaded back in a fres
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
@@ -14,7 +13,7 @@ from pathlib import Path
 
 import dspy
 import pytest
-from routed_lm import RoutedLM, shared_instances
+from routed_lm import FIXTURE_DATA, RoutedLM, fixture_instances
 
 from tide_dspy.optimize import (
     available_optimizers,
@@ -35,7 +34,7 @@ TEMPLATES = [Template(id=f"ws-t0{i}", name=f"pattern {i}", pattern=f"shape {i}",
 
 @pytest.fixture(scope="module")
 def train():
-    return shared_instances("workspace", "train")
+    return fixture_instances("workspace", "train")
 
 
 def test_split_train_is_seeded_disjoint_and_refuses_test(train, workspace_instance):
@@ -138,8 +137,8 @@ def test_instruction_optimizers_compile_without_demos(optimizer, train):
                                options=parse_options(TINY_BUDGETS[optimizer]))
     assert compiled is not program and compiled.config() == program.config()
     assert compiled.discover.demos == []
-    before = evaluate(program, part_val, lm=lm, progress=False)["f1"]["retrieval"]
-    after = evaluate(compiled, part_val, lm=lm, progress=False)["f1"]["retrieval"]
+    before = evaluate(program, part_val, lm=lm, progress=False).f1["retrieval"]
+    after = evaluate(compiled, part_val, lm=lm, progress=False).f1["retrieval"]
     assert before == 0
     if optimizer == "simba":  # it proposes rules only from varied trajectories; a deterministic LM gives none
         assert after == 0
@@ -155,11 +154,10 @@ def test_bootstrap_adds_demos_when_asked(train):
 
 
 def test_compile_builds_iter_demos_from_its_own_train_part(train):
-    from tide_dspy.cli.optimize_cmd import _build
+    from tide_dspy.workflows import ProgramShape, build_method
 
-    args = argparse.Namespace(demos=2, rounds=2, per_round=1, data=None, templates=None, programs="programs",
-                              backbone="dummy")
-    program = _build(args, "workspace", "iter-demos", train[:1])
+    program = build_method("workspace", "iter-demos", ProgramShape(rounds=2, per_round=1), demos=2,
+                           train_instances=train[:1])
     # The demos come from the instances compile trains on, never from its validation part.
     assert program.demos == solved_demos(train[:1], "workspace", 2) != solved_demos(train[1:], "workspace", 2)
 
@@ -186,9 +184,9 @@ LOAD_REGISTERED = textwrap.dedent("""
     import dspy
     import tide_dspy
     sys.path.insert(0, sys.argv[2])
-    from routed_lm import RoutedLM, shared_instances
+    from routed_lm import RoutedLM, fixture_instances
     program = tide_dspy.load_program(sys.argv[1])
-    instances = shared_instances("workspace", "train")
+    instances = fixture_instances("workspace", "train")
     with dspy.context(lm=RoutedLM(instances)):
         out = program(instances[0])
     print(json.dumps({"kind": type(program).__name__, "findings": len(out.findings),
@@ -204,13 +202,13 @@ def test_cli_distill_compile_tune_evaluate_with_mlflow(tmp_path, monkeypatch, ca
     from tide_dspy.cli import optimize_cmd
     from tide_dspy.cli.main import main
 
-    data_root = Path(os.environ.get("TIDE_SHARED_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
-    workspace = shared_instances("workspace")
+    data_root = FIXTURE_DATA
+    workspace = fixture_instances("workspace")
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     monkeypatch.setenv("TIDE_DATA", str(data_root))
-    monkeypatch.setattr(optimize_cmd, "make_lm", lambda args: RoutedLM(workspace, instruction="Compiled instruction."))
+    monkeypatch.setattr(optimize_cmd, "lm_from_args", lambda args: RoutedLM(workspace, instruction="Compiled instruction."))
     common = ["--setting", "workspace", "--backbone", "dummy"]
 
     assert main(["distill", *common]) == 0
@@ -258,12 +256,12 @@ def test_cli_distill_compile_tune_evaluate_with_mlflow(tmp_path, monkeypatch, ca
     artifacts = {a.path for a in client.list_artifacts(compile_run.info.run_id)}
     assert {"program", "templates.json", "val_before.jsonl", "val_after.jsonl", "lm_usage.json"} <= artifacts
     version = client.get_model_version("tide-workspace-dummy", "1")
-    assert version.run_id == compile_run.info.run_id or version.source.startswith("models:/")
+    assert version.run_id == compile_run.info.run_id and version.source.startswith("models:/")
 
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     (elsewhere / "load.py").write_text(LOAD_REGISTERED)
-    env = {**os.environ, "MLFLOW_TRACKING_URI": uri, "TIDE_SHARED_DATA": str(data_root)}
+    env = {**os.environ, "MLFLOW_TRACKING_URI": uri}
     done = subprocess.run([sys.executable, "load.py", "models:/tide-workspace-dummy/1", str(Path(__file__).parent)],
                           cwd=elsewhere, capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -277,12 +275,13 @@ def test_cli_distill_writes_nothing_when_no_template_passes_the_check(tmp_path, 
     from tide_dspy.cli import optimize_cmd
     from tide_dspy.cli.main import main
 
-    data_root = Path(os.environ.get("TIDE_SHARED_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
-    leaky = {"template": {"name": "Gregory Hale never e-signed", "pattern": "REQ-26-0412 waits on the CFO",
+    data_root = FIXTURE_DATA
+    # Leaks the names and the id of the first train case (ws-fernhill-biolab, problem fh-1).
+    leaky = {"template": {"name": "Priya Anand never e-signed", "pattern": "PO-58-3301 waits on the controller",
                           "evidence_flow": ["find the request still pending in the tracker"]}}
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("TIDE_DATA", str(data_root))
-    monkeypatch.setattr(optimize_cmd, "make_lm", lambda args: DummyLM([leaky, leaky]))
+    monkeypatch.setattr(optimize_cmd, "lm_from_args", lambda args: DummyLM([leaky, leaky]))
     code = main(["distill", "--setting", "workspace", "--backbone", "dummy", "--max-cases", "1", "--attempts", "2",
                  "--no-track"])
     captured = capsys.readouterr()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import socket
 
-from routed_lm import RoutedLM, shared_instances
+from routed_lm import RoutedLM, fixture_instances
 
 from tide_dspy.cli.main import build_parser
 from tide_dspy.cli.optimize_cmd import command_line
@@ -24,7 +24,7 @@ def test_command_line_drops_passwords_from_storage_and_tracking_urls():
 
 
 def test_tune_trials_record_the_worker_that_ran_them(tmp_path):
-    train = shared_instances("workspace", "train")
+    train = fixture_instances("workspace", "train")
     library = TemplateLibrary([Template(id="ws-t01", name="n", pattern="p", evidence_flow=["x"])], "workspace")
     study = tune("workspace", library, train[:1], lm=RoutedLM(train), n_trials=2, workers=2,
                  storage=f"sqlite:///{tmp_path / 'optuna.db'}", study_name="w")

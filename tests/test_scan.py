@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 
@@ -12,8 +13,8 @@ from dspy.utils.dummies import DummyLM
 from tide_dspy.discovery import TIDE, SingleAgent
 from tide_dspy.data import load_instances
 from tide_dspy.programs import load_program, save_program
-from tide_dspy.scan import Suspect, rank, recall_at
-from tide_dspy.settings import ContextView
+from tide_dspy.scan import Scanner, Suspect, expected_rating, rank, recall_at
+from tide_dspy.domains import ContextView
 
 FIXTURES = Path(__file__).parent / "fixtures" / "instances"
 SCORES = [1, 9, 0, 2, 8, 0]  # slugify, truncate, mean, clamp, Cache.get, Cache.put
@@ -21,7 +22,7 @@ SCORES = [1, 9, 0, 2, 8, 0]  # slugify, truncate, mean, clamp, Cache.get, Cache.
 
 @pytest.fixture(scope="module")
 def repo():
-    return load_instances(FIXTURES / "repository.jsonl", setting="repository")[0]
+    return load_instances(FIXTURES / "repository" / "instances.jsonl", setting="repository")[0]
 
 
 def scan_answers(scores=SCORES) -> list[dict]:
@@ -108,3 +109,114 @@ def test_a_rating_is_kept_from_an_answer_that_fails_after_it(repo):
         out = SingleAgent("repository", scan=True)(repo)
     assert (out.scan.salvaged, out.scan.failures) == (1, 0)
     assert out.scan.suspects[3].score == 7 and out.scan.ranked[2] == "pkg/mathx.py::clamp"
+
+
+def digit_logprobs(written: str, weights: dict[str, float]) -> dict:
+    """An answer's logprobs in OpenAI's shape: the rating step holds `weights` as its alternatives."""
+    steps = [{"token": t, "logprob": 0.0, "top_logprobs": []} for t in ['{"', "suspicion", '":', " "]]
+    tops = [{"token": t, "logprob": math.log(p)} for t, p in weights.items()]
+    steps.append({"token": written, "logprob": tops[0]["logprob"], "top_logprobs": tops})
+    steps.append({"token": ",", "logprob": 0.0, "top_logprobs": []})
+    return {"content": steps}
+
+
+def test_expected_rating_weighs_the_digits_and_ignores_other_alternatives():
+    weights = {"0": 0.5, "3": 0.2, "9": 0.2, "x": 0.1}  # "x" is not a digit: left out, the rest renormalized
+    assert expected_rating(digit_logprobs("0", weights)) == pytest.approx((3 * 0.2 + 9 * 0.2) / 0.9)
+
+
+def test_expected_rating_is_none_without_a_rating_step():
+    assert expected_rating({"content": [{"token": "7", "logprob": 0.0, "top_logprobs": []}]}) is None
+    assert expected_rating(None) is None
+
+
+class LogprobEngine:
+    """Answers every scan call with rating 0, and logprobs that weigh 9 more for the artifacts in `suspicious`."""
+
+    supports_response_schema = False
+    supported_params = frozenset({"temperature", "max_tokens", "logprobs", "top_logprobs"})
+
+    def __init__(self, suspicious: set[str], refuse_logprobs: bool = False):
+        self.suspicious, self.refuse_logprobs = suspicious, refuse_logprobs
+
+    def complete(self, request):
+        from dspy.lm15 import Message, Response, TextPart, TokenLogprob, TopLogprob, Usage
+
+        if request.config.logprobs is not None and self.refuse_logprobs:
+            raise ValueError("this provider does not support logprobs")
+        prompt = request.messages[-1].text
+        answer = '[[ ## suspicion ## ]]\n0\n\n[[ ## template_id ## ]]\n\n\n[[ ## reason ## ]]\nok\n\n[[ ## completed ## ]]'
+        p9 = 0.4 if any(f"· {name}" in prompt.split("[[ ## artifact ## ]]")[-1] for name in self.suspicious) else 0.05
+        steps = (TokenLogprob(token="[[ ## suspicion ## ]]\n", logprob=0.0),
+                 TokenLogprob(token="0", logprob=math.log(1 - p9),
+                              top=(TopLogprob(token="0", logprob=math.log(1 - p9)),
+                                   TopLogprob(token="9", logprob=math.log(p9)))))
+        return Response(id=None, model="scan", message=Message.assistant([TextPart(answer)]), finish_reason="stop",
+                        usage=Usage(input_tokens=10, output_tokens=5), logprobs=steps)
+
+    def stream(self, request):
+        from dspy.lm15 import response_to_events
+
+        return response_to_events(self.complete(request))
+
+    def dump_state(self):
+        return {}
+
+    def close(self):
+        pass
+
+
+def test_scan_ranks_by_the_digits_probabilities_when_every_written_rating_is_zero(repo):
+    lm = dspy.LM("llamacpp/scan-test", engine=LogprobEngine({"pkg/mathx.py::mean", "pkg/mathx.py::clamp"}),
+                 cache=False)
+    with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
+        record = Scanner("repository")(repo, ContextView.of(repo), guidance="")
+    assert {s.rating for s in record.suspects} == {0}
+    assert record.from_probabilities == len(repo.artifacts)
+    ranked = rank(record.suspects, seed="s").ids
+    assert set(ranked[:2]) == {"pkg/mathx.py::mean", "pkg/mathx.py::clamp"}
+
+
+def test_scan_falls_back_to_written_ratings_when_the_backend_refuses_logprobs(repo):
+    lm = dspy.LM("llamacpp/scan-test", engine=LogprobEngine(set(), refuse_logprobs=True), cache=False)
+    with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
+        record = Scanner("repository")(repo, ContextView.of(repo), guidance="")
+    assert record.failures == 0 and record.from_probabilities == 0
+    assert [s.score for s in record.suspects] == [0] * len(repo.artifacts)
+
+
+def test_scan_recall_metric_reads_the_scan_and_refuses_a_program_without_one(repo):
+    from tide_dspy.optimize import make_metric
+
+    lm = DummyLM([*scan_answers(), {"findings": []}])
+    with dspy.context(lm=lm):
+        pred = TIDE("repository", max_rounds=1, scan=True, focus_size=2)(repo)
+    metric = make_metric("scan-recall")
+    assert metric(dspy.Example(case=repo), pred) == 1.0  # both gold functions are rated highest (9 and 8)
+    with pytest.raises(ValueError, match="scanning program"):
+        metric(dspy.Example(case=repo), dspy.Prediction(findings=[], scan=None))
+
+
+def test_evaluation_reports_the_mean_scan_recall(repo):
+    from tide_dspy.evaluation import evaluate
+
+    lm = DummyLM([*scan_answers(), {"findings": []}])
+    with dspy.context(lm=lm):
+        result = evaluate(TIDE("repository", max_rounds=1, scan=True, focus_size=2), [repo], lm=lm)
+        plain = evaluate(TIDE("repository", max_rounds=1), [repo], lm=DummyLM([{"findings": []}]))
+    assert result.scan_recall == 1.0
+    assert plain.scan_recall is None
+
+
+def test_a_baseline_scans_with_the_given_templates_and_rounds_without_them(repo, tmp_path):
+    from tide_dspy.schemas import Template
+
+    library = [Template(id="repo-t001", name="Off by one", pattern="a bound one too far", evidence_flow=["look"])]
+    program = SingleAgent("repository", scan=True, scan_templates=library)
+    lm = DummyLM([*scan_answers(), {"findings": []}])
+    with dspy.context(lm=lm):
+        program(repo)
+    scan_prompt, round_prompt = (lm.history[i]["messages"][-1]["content"] for i in (0, len(repo.artifacts)))
+    assert "Off by one" in scan_prompt and "Off by one" not in round_prompt
+    loaded = load_program(save_program(program, tmp_path / "p.json"))
+    assert [t.id for t in loaded.scan_templates] == ["repo-t001"] and loaded.templates == []

@@ -7,17 +7,17 @@ from the case itself and copied passages are checked as well. A library that reg
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
+
+from conftest import full_data
 
 from tide_dspy.abstraction import case_text, check, source_keys
 from tide_dspy.templates import TemplateLibrary
 
 ROOT = Path(__file__).resolve().parents[1]
 LIBRARIES = sorted((ROOT / "programs").glob("*/*/templates.json"))
-SHARED_DATA = Path(os.environ.get("TIDE_SHARED_DATA", ROOT.parent / "shared" / "data"))
 
 
 def _label(path: Path) -> str:
@@ -45,17 +45,15 @@ def test_shipped_library_carries_no_specific_token_of_its_source_cases(path):
 @pytest.mark.parametrize("path", LIBRARIES, ids=_label)
 def test_shipped_library_against_its_source_cases_in_the_data(path):
     from tide_dspy.data import load_instances
-    from tide_dspy.settings import get_setting
+    from tide_dspy.domains import get_setting
     from tide_dspy.templates import solved_cases
 
     library = TemplateLibrary.load(path)
     setting = library.setting
-    if not (SHARED_DATA / setting).exists():
-        pytest.skip(f"benchmark data not found at {SHARED_DATA / setting}; set TIDE_SHARED_DATA (the stored "
-                    "source tokens are checked without it)")
+    data = full_data(setting)  # the source cases of every template: the full train split (a data test)
     wanted = {t.source_case for t in library}
     cases = {}
-    for instance in load_instances(SHARED_DATA / setting, setting=setting, split="train"):
+    for instance in load_instances(data, setting=setting, split="train"):
         for inst, problem in solved_cases([instance]):
             if problem.problem_id in wanted:
                 cases[problem.problem_id] = case_text(get_setting(setting).solved_case(inst, problem))

@@ -7,10 +7,10 @@ import json
 import dspy
 import pytest
 from dspy.utils.dummies import DummyLM
-from routed_lm import RoutedLM, shared_instances
+from routed_lm import RoutedLM, fixture_instances
 
 from tide_dspy.schemas import Template
-from tide_dspy.settings import get_setting
+from tide_dspy.domains import get_setting
 from tide_dspy.templates import (
     Distiller,
     TemplateLibrary,
@@ -47,7 +47,7 @@ def test_distiller_is_one_predictor_on_the_settings_distill_signature(workspace_
 
 
 def test_distill_library_makes_one_template_per_solved_problem():
-    instances = shared_instances("workspace", "train")
+    instances = fixture_instances("workspace", "train")
     lm = RoutedLM(instances)
     library = distill_library(instances, "workspace", lm=lm, progress=False)
     n_problems = sum(len(i.problems) for i in instances)
@@ -62,7 +62,7 @@ def test_distill_library_makes_one_template_per_solved_problem():
     assert set(checks["templates"]) == set(library.ids) and all(c["source_keys"] for c in checks["templates"].values())
 
 
-LEAKY = {"template": {"name": "Gregory Hale never e-signed", "pattern": "REQ-26-0412 waits on the CFO until 3/13",
+LEAKY = {"template": {"name": "Priya Anand never e-signed", "pattern": "PO-58-3301 waits on the controller until 4/17",
                       "evidence_flow": ["find the request still pending in the tracker",
                                         "join it with the email saying it was approved"]}}
 ABSTRACT = {"template": {"name": "Verbal approval never recorded",
@@ -73,7 +73,7 @@ EMPTY = {"template": {"name": "", "pattern": "", "evidence_flow": []}}
 
 
 def test_refine_retries_with_the_leaked_tokens_as_hint_until_the_check_passes(workspace_instance):
-    problem = workspace_instance.problems[0]  # the REQ-26-0412 case
+    problem = workspace_instance.problems[0]  # the PO-58-3301 case
     lm = DummyLM([LEAKY, ABSTRACT])
     outcome = distill_one(Distiller("workspace"), workspace_instance, problem, attempts=3, lm=lm)
     assert outcome.passed and outcome.draft.name == "Verbal approval never recorded"
@@ -81,7 +81,7 @@ def test_refine_retries_with_the_leaked_tokens_as_hint_until_the_check_passes(wo
     first, second = (e["messages"][-1]["content"] for e in outcome.history)
     assert "hint_" not in first
     hint = second.split("[[ ## hint_ ## ]]")[1]
-    assert all(token in hint for token in ("'Gregory'", "'Hale'", "'REQ-26-0412'", "'3/13'"))
+    assert all(token in hint for token in ("'Priya'", "'Anand'", "'PO-58-3301'", "'4/17'"))
 
 
 def test_templates_that_never_pass_are_dropped_and_counted(workspace_instance):
@@ -94,7 +94,7 @@ def test_templates_that_never_pass_are_dropped_and_counted(workspace_instance):
     assert (library.meta["passed"], library.meta["failed"]) == (1, 2)
     dropped, empty = library.meta["failures"]
     assert dropped["source_case"] == instance.problems[1].problem_id and dropped["score"] < 1
-    assert "3/13" in {lk["token"] for lk in dropped["leaks"]}  # a date of that case too
+    assert "4/17" in {lk["token"] for lk in dropped["leaks"]}  # a date of that case too (the April 17 meetings)
     assert empty == {"source_case": instance.problems[2].problem_id, "error": "empty name or pattern"}
     assert library.meta["abstraction"]["mean_score"] == 1.0
     assert library.meta["abstraction"]["draft_mean_score"] < 1.0
@@ -186,7 +186,7 @@ def test_subset_is_seeded_ordered_and_bounded():
 
 
 def test_solved_demos_are_rendered_round_robin_over_instances():
-    instances = shared_instances("workspace", "train")
+    instances = fixture_instances("workspace", "train")
     demos = solved_demos(instances, "workspace", 3)
     s = get_setting("workspace")
     a, b = instances

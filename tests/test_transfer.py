@@ -6,10 +6,10 @@ import importlib.util
 import json
 from pathlib import Path
 
-from routed_lm import RoutedLM, shared_instances
+from routed_lm import FIXTURE_DATA, RoutedLM, fixture_instances
 
 from tide_dspy.schemas import Template
-from tide_dspy.settings import get_setting
+from tide_dspy.domains import get_setting
 from tide_dspy.templates import TemplateLibrary
 
 TRANSFER_PY = Path(__file__).resolve().parents[1] / "experiments" / "transfer.py"
@@ -47,8 +47,9 @@ def test_transfer_runs_each_library_on_the_same_instances(tmp_path, monkeypatch)
     from tide_dspy.cli import optimize_cmd
 
     transfer = load_transfer()
-    workspace = shared_instances("workspace")
-    monkeypatch.setattr(optimize_cmd, "make_lm", lambda args: RoutedLM(workspace))
+    workspace = fixture_instances("workspace")
+    monkeypatch.setattr(optimize_cmd, "lm_from_args", lambda args: RoutedLM(workspace))
+    monkeypatch.setenv("TIDE_DATA", str(FIXTURE_DATA))
     paths = {}
     for label, name in (("old", "Quote Q-4471 expires"), ("new", "Approval never recorded")):
         library = TemplateLibrary([Template(id="ws-t01", name=name, pattern="a pattern",

@@ -19,8 +19,8 @@ from dspy.utils.dummies import DummyLM
 from tide_dspy.cli import discover_cmd, optimize_cmd
 from tide_dspy.cli.main import main
 from tide_dspy.data.candidates import parse_candidates, python_files
-from tide_dspy.discover import discover_repository, write_report
-from tide_dspy.discover.verify import (BREAKS, NO_CHANGE, NOT_RUN, TIMED_OUT, VERIFIED, Verifier, VerifyError,
+from tide_dspy.product import discover_repository, write_report
+from tide_dspy.product.verify import (BREAKS, NO_CHANGE, NOT_RUN, TIMED_OUT, VERIFIED, Verifier, VerifyError,
                                        classify, nodeid_key, run_tests)
 
 FIXTURE = Path(__file__).parent / "fixtures" / "verify_repo"
@@ -207,7 +207,7 @@ def test_a_plain_folder_is_copied_without_links_out(tmp_path, scratch):
     shutil.copytree(FIXTURE, root)
     os.symlink("calc/ops.py", root / "inside_link.py")
     os.symlink(tmp_path, root / "dir_out")
-    from tide_dspy.discover.patches import git_toplevel
+    from tide_dspy.product.patches import git_toplevel
 
     if git_toplevel(root) is not None:
         pytest.skip("the temporary folder lies inside a git repository")
@@ -329,7 +329,7 @@ def test_evaluate_reports_execution_based_resolution(repo, tmp_path, monkeypatch
         finding("mean divides by n - 1", ["calc/ops.py::mean"], MEAN_FIX),
         finding("shout lower-cases", ["calc/text.py::shout"], SHOUT_WRONG),
     ])}, {"findings": "[]"}])
-    monkeypatch.setattr(optimize_cmd, "make_lm", lambda args: lm)
+    monkeypatch.setattr(optimize_cmd, "lm_from_args", lambda args: lm)
     out = tmp_path / "eval"
     rc = main(["evaluate", "--setting", "repository", "--data", str(data), "--method", "iter", "--per-round", "2",
                "--rounds", "2", "--judge", "proxy", "--no-track", "--out", str(out), "--verify-repo", str(repo),

@@ -8,7 +8,7 @@ import time
 
 import dspy
 import pytest
-from routed_lm import RoutedLM, shared_instances
+from routed_lm import RoutedLM, fixture_instances
 
 from tide_dspy.evaluation import check_workers, evaluate, read_rows
 from tide_dspy.programs import build_program
@@ -50,7 +50,7 @@ class Crash(BaseException):
 
 @pytest.fixture(scope="module")
 def train():
-    return shared_instances("workspace", "train")
+    return fixture_instances("workspace", "train")
 
 
 def test_workers_run_instances_at_once_with_the_callers_lm(tmp_path, train):
@@ -65,8 +65,8 @@ def test_workers_run_instances_at_once_with_the_callers_lm(tmp_path, train):
     rows = read_rows(tmp_path / "two" / "results.jsonl")
     assert sorted(rows) == sorted(i.instance_id for i in train)
     assert all(r["error"] is None for r in rows.values())
-    assert parallel["f1"] == serial["f1"] and parallel["n_run"] == 2
-    assert parallel["lm_usage"]["backbone"]["calls"] == serial["lm_usage"]["backbone"]["calls"] == 4
+    assert parallel.f1 == serial.f1 and parallel.n_run == 2
+    assert parallel.lm_usage["backbone"]["calls"] == serial.lm_usage["backbone"]["calls"] == 4
 
 
 def test_rows_of_finished_instances_survive_a_crash_and_resume_runs_the_rest(tmp_path, train):
@@ -79,7 +79,7 @@ def test_rows_of_finished_instances_survive_a_crash_and_resume_runs_the_rest(tmp
     assert list(read_rows(out)) == [first.instance_id]
     lm = RoutedLM(train)
     result = evaluate(program, train, out_path=out, lm=lm, progress=False, resume=True, workers=2)
-    assert lm.calls == 2 and result["n_resumed"] == 1 and result["n_run"] == 1
+    assert lm.calls == 2 and result.n_resumed == 1 and result.n_run == 1
     assert sorted(read_rows(out)) == sorted([first.instance_id, second.instance_id])
 
 

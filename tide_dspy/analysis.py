@@ -106,7 +106,7 @@ def output_hygiene(rows: list[dict]) -> dict[str, float | int]:
 def cited_position(rows: list[dict], instances: dict[str, Instance], order_seed: int | None = None) -> float | None:
     """Mean position of the cited artifacts in the order shown, from 0 (first listed) to 1 (last): about 0.5 for
     citations that ignore position, near 0 for a method that cites what it read first."""
-    from tide_dspy.settings import ContextView
+    from tide_dspy.domains import ContextView
 
     positions = []
     for r in rows:

@@ -16,13 +16,17 @@ from dspy.utils.exceptions import AdapterParseError
 from rapidfuzz import fuzz
 
 from tide_dspy.backbones.usage import entries_since, usage_mark, usage_tokens
+from tide_dspy.retry import call_with_retries, describe_error
 from tide_dspy.scan import Ranking, Scanner, ScanRecord, rank, recall_at
 from tide_dspy.schemas import Finding, Instance, RoundRecord, Template
-from tide_dspy.settings import NO_GUIDANCE, ContextView, Hygiene, Setting, get_setting, render_templates
+from tide_dspy.domains import NO_GUIDANCE, ContextView, Hygiene, Setting, get_setting, render_templates
 
 log = logging.getLogger(__name__)
 
 GUIDANCE_KINDS = ("templates", "none", "demos")
+# A round's retry samples at 0.7 (DSPy's BestOfN uses 1.0), as it did before the retry rule was shared.
+RETRY_TEMPERATURE = 0.7
+ERROR_CHARS = 300  # of an error message kept in a round record
 DROPPED_IDS_KEPT = 20  # per round record
 
 
@@ -81,6 +85,7 @@ class DiscoveryProgram(dspy.Module):
         max_evidence: int | None = None,
         context_order_seed: int | None = None,
         scan: bool = False,
+        scan_templates: list[Template] | None = None,
         focus_size: int = 8,
     ):
         super().__init__()
@@ -106,10 +111,21 @@ class DiscoveryProgram(dspy.Module):
         self.discover = dspy.Predict(get_setting(setting).round_signature)
         # scan=True: rate every artifact first; each round reads the `focus_size` most suspect unfound ones in full.
         self.scanner = Scanner(setting) if scan else None
+        # The templates the scan rates against when the rounds themselves use none (a baseline compared with
+        # TIDE on the same scan); by default the program's own.
+        self.scan_templates = list(scan_templates or [])
 
     @property
     def setting(self) -> Setting:
         return get_setting(self.setting_name)
+
+    def use_scan(self, focus_size: int) -> None:
+        """Turn the scan on (or resize its focus) in a built or loaded program; its compiled round is kept."""
+        if focus_size < 1:
+            raise ValueError(f"focus_size must be >= 1, got {focus_size}")
+        if self.scanner is None:
+            self.scanner = Scanner(self.setting_name)
+        self.focus_size = focus_size
 
     # ---- config carried inside the saved JSON state ----
     def config(self) -> dict:
@@ -128,6 +144,8 @@ class DiscoveryProgram(dspy.Module):
             # Only a scanning program records its scan settings, so the configs (and the resume checks) of
             # programs without a scan read as they did before the scan existed.
             **({"scan": True, "focus_size": self.focus_size} if self.scanner is not None else {}),
+            **({"scan_templates": [t.model_dump() for t in self.scan_templates]}
+               if self.scanner is not None and self.scan_templates else {}),
         )
 
     @classmethod
@@ -138,6 +156,8 @@ class DiscoveryProgram(dspy.Module):
         if target is None:
             raise ValueError(f"unknown program kind {kind!r} in saved config; expected one of {sorted(PROGRAM_KINDS)}")
         config["templates"] = [Template.model_validate(t) for t in config.get("templates", [])]
+        if "scan_templates" in config:
+            config["scan_templates"] = [Template.model_validate(t) for t in config["scan_templates"]]
         return target(**config)
 
     def dump_state(self, json_mode=True):
@@ -160,7 +180,7 @@ class DiscoveryProgram(dspy.Module):
         """The scan's ranking of the instance's artifacts (None, None without scan)."""
         if self.scanner is None:
             return None, None
-        record = self.scanner(instance, self.view(instance), self.guidance_text())
+        record = self.scanner(instance, self.view(instance), render_templates(self.scan_templates or self.templates))
         ranking = rank(record.suspects, f"{self.context_order_seed}:{instance.instance_id}")
         record.ranked, record.focus_size = list(ranking.ids), self.focus_size
         record.recall_at_focus = recall_at(record.ranked, instance, self.focus_size)
@@ -175,7 +195,7 @@ class DiscoveryProgram(dspy.Module):
         """One predictor call with a bounded retry on unparseable output.
 
         The call's signature is the predictor's own (instructions and demos as compiled) with its findings grounded
-        in this instance (settings.Setting.grounded_signature). Unparseable output is retried; any other failure
+        in this instance (domains.Setting.grounded_signature). Unparseable output is retried; any other failure
         (context window, auth, provider) is recorded without a retry and marks the outcome `aborted`. Never raises
         for what the LM does."""
         inputs = self.setting.round_inputs(instance, view, self.guidance_text(), found, max_new, focus)
@@ -185,36 +205,34 @@ class DiscoveryProgram(dspy.Module):
         if lm is None:
             raise RuntimeError("no LM configured: use dspy.context(lm=...) or tide_dspy.backbones.get_lm(...)")
         mark = usage_mark(lm)
-        # Repeats of a whole run (an LM copied with another rollout_id) must not replay this run's samples.
-        base = int(lm.kwargs.get("rollout_id") or 0) * 10_000
-        for attempt in range(self.max_retries + 1):
-            config = {}
-            if rollout is not None or attempt:
-                # A retry must not hit the cache entry of the output that just failed to parse, and a local
-                # sampler with a fixed seed would repeat it: both get a per-rollout value.
-                config["rollout_id"] = config["seed"] = base + (rollout or 0) * 100 + attempt
-                config["temperature"] = temperature if temperature is not None else (0.7 if attempt else None)
-                config = {k: v for k, v in config.items() if v is not None}
+
+        def attempt(config: dict) -> list:
             try:
                 pred = self.discover(**inputs, signature=signature, config=config)
-                out.drafts = list(pred.findings or [])[:max_new]
-                out.error = None
-                break
             except AdapterParseError as exc:
                 out.parse_failures += 1
-                out.error = f"{type(exc).__name__}: {str(exc)[:300]}"
                 # An answer cut off at max_tokens, or with one malformed item, still holds complete findings:
                 # keep those rather than ask again (at temperature 0 a retry costs as much and often ends the same).
                 complete = self.setting.complete_drafts(exc.lm_response)
-                if complete:
-                    out.drafts, out.salvaged, out.error = complete[:max_new], len(complete), None
-                    break
-                log.warning("round output unparseable (attempt %d/%d): %s", attempt + 1, self.max_retries + 1, out.error)
-            except Exception as exc:  # noqa: BLE001 - recorded in the round; the caller decides to stop
-                out.error = f"{type(exc).__name__}: {str(exc)[:300]}"
-                out.aborted = True
-                log.warning("round failed, not retried: %s", out.error)
-                break
+                if not complete:
+                    raise
+                out.salvaged = len(complete)
+                return complete[:max_new]
+            return list(pred.findings or [])[:max_new]
+
+        def unparseable(i: int, error: str) -> None:
+            log.warning("round output unparseable (attempt %d/%d): %s", i + 1, self.max_retries + 1, error)
+
+        try:
+            # Each retry is a fresh sample (tide_dspy.retry): it must not replay the output that failed to parse.
+            tried = call_with_retries(attempt, self.max_retries + 1, lm=lm, rollout=rollout, temperature=temperature,
+                                      retry_temperature=RETRY_TEMPERATURE, retry_on=AdapterParseError,
+                                      error_chars=ERROR_CHARS, on_failure=unparseable)
+            out.drafts, out.error = (tried.value, None) if tried.ok else ([], tried.errors[-1])
+        except Exception as exc:  # noqa: BLE001 - recorded in the round; the caller decides to stop
+            out.error = describe_error(exc, ERROR_CHARS)
+            out.aborted = True
+            log.warning("round failed, not retried: %s", out.error)
         entries = entries_since(lm, mark)
         out.lm_calls = len(entries)
         out.input_tokens, out.output_tokens = usage_tokens(entries)

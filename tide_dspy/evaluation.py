@@ -9,8 +9,8 @@ it continues (config.json says which); its instances and LM usage are added to t
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
-import hashlib
 import json
 import logging
 import os
@@ -21,34 +21,60 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 import dspy
+from pydantic import BaseModel, ConfigDict
 from tqdm.auto import tqdm
 
 from tide_dspy import metrics
+from tide_dspy.backbones import lm_context
 from tide_dspy.schemas import Instance
+from tide_dspy.util.hashing import sha256_hex
+from tide_dspy.util.paths import DATA_ENV, data_root
+from tide_dspy.util.jsonio import read_json_or_none, write_json
 
 log = logging.getLogger(__name__)
 
-DATA_ENV = "TIDE_DATA"
-REPO_ROOT = Path(__file__).resolve().parents[1]
-
-
 def data_path(setting: str, data: str | Path | None = None) -> Path:
     """Where a setting's instances live: --data, else $TIDE_DATA/<setting>, else ../shared/data/<setting> of the repo."""
-    if data is not None:
-        path = Path(data)
-    elif os.environ.get(DATA_ENV):
-        path = Path(os.environ[DATA_ENV]) / setting
-    else:
-        path = REPO_ROOT.parent / "shared" / "data" / setting
+    path = Path(data) if data is not None else data_root() / setting
     if not path.exists():
         raise FileNotFoundError(f"{path}: no {setting} data here; pass --data PATH or set {DATA_ENV}=<folder with "
                                 f"workspace/ and repository/>")
     return path
 
 
+class EvaluationResult(BaseModel):
+    """What `evaluate` returns: the macro-averaged scores (metrics.aggregate) and the run's counts.
+
+    A component that no judge scored is None. `execution` is set when tests ran (an ExecutionJudge); `out_path`
+    when rows were written."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    coverage: dict[str, float | None]
+    precision: dict[str, float | None]
+    f1: dict[str, float | None]
+    n_instances: int
+    judge: str
+    judge_failures: int = 0
+    method: str
+    n_run: int = 0
+    n_resumed: int = 0
+    n_failed: int = 0
+    findings: int = 0
+    execution: dict | None = None
+    # With a scanning program: the mean share of gold evidence among each instance's first focus_size suspects.
+    scan_recall: float | None = None
+    lm_usage: dict = {}
+    out_path: str | None = None
+
+    def summary(self, executed: bool) -> dict:
+        """The summary.json record (without out_path; `execution` only when tests ran)."""
+        return self.model_dump(exclude={"out_path", *(() if executed else ("execution",))})
+
+
 def context_tokens(instance: Instance) -> int:
     from tide_dspy.data import estimate_tokens
-    from tide_dspy.settings import get_setting
+    from tide_dspy.domains import get_setting
 
     return estimate_tokens(get_setting(instance.setting).render_context(instance))
 
@@ -112,7 +138,7 @@ def program_hash(program) -> str:
     for value in state.values():
         if isinstance(value, dict) and "lm" in value:
             value["lm"] = None
-    return hashlib.sha256(json.dumps(state, sort_keys=True, default=str).encode()).hexdigest()
+    return sha256_hex(json.dumps(state, sort_keys=True, default=str))
 
 
 def _run_one(program, instance: Instance, judge, on_round) -> dict:
@@ -207,12 +233,12 @@ def evaluate(
     config: dict | None = None,
     workers: int = 1,
     execute=None,
-) -> dict:
-    """Score `program` on `instances`, `workers` at a time; returns metrics.aggregate(...) plus counts (n_run,
+) -> EvaluationResult:
+    """Score `program` on `instances`, `workers` at a time; returns the aggregate scores plus counts (n_run,
     n_resumed, n_failed).
 
     `execute(instance, findings)` (e.g. metrics.execution.ExecutionJudge) also runs the instance's tests against
-    the findings' patches; its dict goes into the row as "execution" and the total into result["execution"]."""
+    the findings' patches; its dict goes into the row as "execution" and the total into result.execution."""
     from tide_dspy.programs import method_of
     from tide_dspy.backbones.usage import lm_usage, usage_mark
 
@@ -239,12 +265,13 @@ def evaluate(
         run_conf = run_config(program, method, judge, run_lm, instances, config)
         if done:
             run_conf = continued_config(out_path.parent / "config.json", run_conf)
-            earlier_usage = _read_json(out_path.parent / "lm_usage.json")
-        _write_json(out_path.parent / "config.json", run_conf)
+            earlier_usage = read_json_or_none(out_path.parent / "lm_usage.json")
+        write_json(out_path.parent / "config.json", run_conf)
 
     workers = check_workers(workers, run_lm)
     bar = tqdm(total=len(todo), desc=f"evaluate {method}", unit="inst", disable=not progress)
-    with dspy.context(**({"lm": lm} if lm is not None else {})):
+    # The adapter that parses best on the backbone is scoped here (never configured globally), judge calls included.
+    with lm_context(run_lm) if run_lm is not None else contextlib.nullcontext():
         by_id = {i.instance_id: i for i in todo}
         for row in _run_all(program, todo, judge, workers, bar, run_lm, marks["backbone"]):
             row = {"instance_id": row.pop("instance_id"), "method": method, **row}
@@ -260,24 +287,30 @@ def evaluate(
     bar.close()
 
     scores = [rows[i.instance_id]["score"] for i in instances if i.instance_id in rows]
-    result = metrics.aggregate(scores)
-    result.update(
+    execution = None
+    if execute is not None:
+        from tide_dspy.metrics.execution import execution_rate
+
+        execution = execution_rate([rows[i.instance_id] for i in instances if i.instance_id in rows])
+    usage = {"backbone": lm_usage(run_lm, marks["backbone"]), "judge": lm_usage(judge_lm, marks["judge"])}
+    recalls = [r["scan"]["recall_at_focus"] for r in rows.values()
+               if (r.get("scan") or {}).get("recall_at_focus") is not None]
+    result = EvaluationResult(
+        **metrics.aggregate(scores),
         method=method,
         n_run=len(todo),
         n_resumed=len(instances) - len(todo),
         n_failed=sum(1 for r in rows.values() if r.get("error")),
         findings=sum(len(r["findings"]) for r in rows.values()),
+        execution=execution,
+        scan_recall=round(sum(recalls) / len(recalls), 4) if recalls else None,
+        lm_usage=usage,
     )
-    if execute is not None:
-        from tide_dspy.metrics.execution import execution_rate
-
-        result["execution"] = execution_rate([rows[i.instance_id] for i in instances if i.instance_id in rows])
-    usage = {"backbone": lm_usage(run_lm, marks["backbone"]), "judge": lm_usage(judge_lm, marks["judge"])}
-    result["lm_usage"] = usage
     if out_path is not None:
-        _write_json(out_path.parent / "lm_usage.json", add_usage(earlier_usage, usage))
-        _write_json(out_path.parent / "summary.json", {**result, "instances": [i.instance_id for i in instances]})
-        result["out_path"] = str(out_path)
+        write_json(out_path.parent / "lm_usage.json", add_usage(earlier_usage, usage))
+        write_json(out_path.parent / "summary.json",
+                   {**result.summary(executed=execute is not None), "instances": [i.instance_id for i in instances]})
+        result.out_path = str(out_path)
     return result
 
 
@@ -306,7 +339,7 @@ def continued_config(path: Path, now: dict) -> dict:
     """The config of a resumed run: checked against the earlier one, with the instances of both.
 
     Without a complete config.json nothing says which run made the rows, so they are not continued."""
-    before = _read_json(path)
+    before = read_json_or_none(path)
     missing = [k for k in RESUME_KEYS if k not in before] if isinstance(before, dict) else []
     if not isinstance(before, dict) or missing:
         state = ("is missing" if not path.exists() else "is cut off or not valid JSON" if before is None
@@ -338,23 +371,12 @@ def add_usage(before: dict | None, now: dict) -> dict:
     return total
 
 
-def _read_json(path: Path):
-    try:
-        return json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
-        return None
-
-
-def _write_json(path: Path, data) -> None:
-    path.write_text(json.dumps(data, indent=1, ensure_ascii=False, default=str) + "\n")
-
-
-def format_table(result: dict) -> str:
-    """The coverage / F1 table of one aggregate, in percent (Markdown)."""
+def format_table(result: EvaluationResult) -> str:
+    """The coverage / F1 table of one evaluation, in percent (Markdown)."""
     lines = ["| component | coverage | precision | F1 |", "|---|---|---|---|"]
     for c in metrics.COMPONENTS:
-        cells = [result[part].get(c) for part in ("coverage", "precision", "f1")]
+        cells = [getattr(result, part).get(c) for part in ("coverage", "precision", "f1")]
         lines.append(f"| {c} | " + " | ".join("-" if v is None else f"{100 * v:.2f}" for v in cells) + " |")
-    lines.append(f"\n{result['n_instances']} instances, judge: {result['judge']}, "
-                 f"failed: {result.get('n_failed', 0)}, resumed: {result.get('n_resumed', 0)}")
+    lines.append(f"\n{result.n_instances} instances, judge: {result.judge}, "
+                 f"failed: {result.n_failed}, resumed: {result.n_resumed}")
     return "\n".join(lines)

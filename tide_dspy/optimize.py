@@ -15,15 +15,15 @@ import random
 import socket
 import time
 from pathlib import Path
-from types import SimpleNamespace
 
 import dspy
 import yaml
 
 from tide_dspy import metrics
-from tide_dspy.data.records import read_yaml_file
+from tide_dspy.backbones import lm_context
+from tide_dspy.util.jsonio import read_yaml_file
 from tide_dspy.schemas import Instance
-from tide_dspy.settings import get_setting
+from tide_dspy.domains import get_setting
 from tide_dspy.shipped import NOT_SHIPPED, OPTIMIZERS_DIR
 
 log = logging.getLogger(__name__)
@@ -64,6 +64,9 @@ def as_examples(items) -> list[dspy.Example]:
 
 # ---- metric ----
 
+SCAN_RECALL = "scan-recall"  # the scan's recall of gold evidence in its focus: denser than F1 (tide_dspy.scan)
+
+
 def parse_metric(spec: str) -> tuple[str, str]:
     """"retrieval" -> (retrieval, f1); "mean-coverage" -> (mean, coverage)."""
     component, _, kind = spec.partition("-")
@@ -71,18 +74,27 @@ def parse_metric(spec: str) -> tuple[str, str]:
 
 
 def make_metric(spec, judge=None, feedback: bool = False):
-    """A DSPy metric from a spec like "retrieval-f1" (or a callable, returned as is)."""
+    """A DSPy metric from a spec like "retrieval-f1" or "scan-recall" (or a callable, returned as is)."""
     if callable(spec):
         return spec
+    if spec == SCAN_RECALL:
+        if feedback:
+            raise ValueError("metric 'scan-recall' has no feedback form for GEPA; use it with copro, miprov2 or "
+                             "simba, or optimize a findings metric such as retrieval-f1")
+        return metrics.scan_recall_metric
     component, kind = parse_metric(spec)
     factory = metrics.tide_feedback_metric if feedback else metrics.tide_metric
     return factory(component=component, kind=kind, judge=judge)
 
 
-def aggregate_value(result: dict, spec: str) -> float:
-    """The metric `spec` read off an evaluation aggregate (macro-averaged over instances)."""
+def aggregate_value(result, spec: str) -> float:
+    """The metric `spec` read off an EvaluationResult (macro-averaged over instances)."""
+    if spec == SCAN_RECALL:
+        if result.scan_recall is None:
+            raise ValueError("metric 'scan-recall' needs a scanning program (scan=True) and gold evidence")
+        return result.scan_recall
     component, kind = parse_metric(spec)
-    value = metrics.component_value(SimpleNamespace(f1=result["f1"], coverage=result["coverage"]), component, kind)
+    value = metrics.component_value(result, component, kind)
     if value is None:
         raise ValueError(f"metric {spec!r} is not available without a judge: pass --judge proxy or a judge model")
     return value
@@ -252,7 +264,7 @@ def compile_program(
     log.info("compiling with %s (%s): init %s, compile %s", config["name"], config["optimizer"],
              {k: v for k, v in init.items() if not str(v).startswith("$")}, list(comp))
     # Inside the context: some optimizers read dspy.settings.lm when they are built.
-    with dspy.context(lm=lm), dspy_autolog(autolog):
+    with lm_context(lm), dspy_autolog(autolog):
         teleprompter = optimizer_class(config["optimizer"], source)(**_resolve(init, bindings, source))
         compiled = teleprompter.compile(program, **_resolve(comp, bindings, source))
     return compiled
@@ -341,7 +353,7 @@ def tune(
         result = evaluate(program, valset, judge=judge, out_path=None, progress=progress,
                           lm=lm.copy(temperature=params["temperature"]), workers=workers)
         value = aggregate_value(result, metric)
-        trial.set_user_attr("n_failed", result["n_failed"])
+        trial.set_user_attr("n_failed", result.n_failed)
         trial.set_user_attr("worker", worker)
         if on_trial:
             on_trial(trial, value, result)

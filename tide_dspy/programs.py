@@ -12,11 +12,12 @@ from pathlib import Path
 
 import dspy
 
-from tide_dspy.backbones.registry import scrub_secrets
-from tide_dspy.data.records import describe_record_error, read_json_file
+from tide_dspy.util.secrets import scrub_secrets
+from tide_dspy.data.records import describe_record_error
+from tide_dspy.util.jsonio import read_json_file
 from tide_dspy.discovery import TIDE, DiscoveryProgram, FirstListed, MultiAgent, RandomBaseline, SingleAgent
 from tide_dspy.schemas import Template
-from tide_dspy.settings import get_setting
+from tide_dspy.domains import get_setting
 
 # method -> (class, fixed config). The paper's ablations are TIDE with other guidance.
 METHODS: dict[str, tuple[type[DiscoveryProgram], dict]] = {
@@ -41,7 +42,8 @@ CONFIG_BOUNDS: dict[str, tuple[float, float]] = {
 }
 # Seeds: any integer, or null for none.
 SEED_KEYS = ("context_order_seed", "seed")
-CONFIG_KEYS = frozenset({"kind", "setting", "guidance", "templates", "demos", "scan", *CONFIG_BOUNDS, *SEED_KEYS})
+CONFIG_KEYS = frozenset({"kind", "setting", "guidance", "templates", "demos", "scan", "scan_templates", *CONFIG_BOUNDS,
+                         *SEED_KEYS})
 STATE_KEYS = frozenset({"metadata", "tide_config", "tide_extra"})
 
 

@@ -19,6 +19,7 @@ from dspy.lm15 import Message, Response, TextPart, Usage, response_to_events
 from dspy.predict.refine import OfferFeedback
 
 from tide_dspy.abstraction import AbstractionReport, case_text, check
+from tide_dspy.backbones import lm_context
 from tide_dspy.schemas import TemplateDraft
 
 ADVICE_MODEL = "tide/abstraction-check"
@@ -66,7 +67,7 @@ class AbstractionReward:
     Keeps the last attempt's verdict so that the advice for the next attempt can name what was wrong.
     """
 
-    setting: object  # tide_dspy.settings.Setting
+    setting: object  # tide_dspy.domains.Setting
     last_feedback: str = ""
     scores: list[float] = field(default_factory=list)
 
@@ -138,7 +139,8 @@ def refine_template(distiller: dspy.Module, instance, problem, *, attempts: int,
     advice_lm = dspy.LM(ADVICE_MODEL, engine=CheckAdviceEngine(reward, [n for n, _ in module.named_predictors()]),
                         cache=False)
     try:
-        with dspy.context(lm=advice_lm), _quiet_refine_types():
+        # The backbone's adapter (lm_context) also formats the advice, so the hint reads as that adapter writes.
+        with lm_context(backbone), dspy.context(lm=advice_lm), _quiet_refine_types():
             prediction = refine(case_instance=instance, problem=problem)
     except Exception as exc:  # noqa: BLE001 - adapter/LM failures are recorded, never fatal
         prediction, error = None, f"{type(exc).__name__}: {str(exc)[:300]}"

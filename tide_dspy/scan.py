@@ -11,6 +11,7 @@ that no earlier finding cites, shown in full (the others compactly; every handle
 from __future__ import annotations
 
 import logging
+import math
 import random
 import re
 from dataclasses import dataclass
@@ -21,21 +22,28 @@ from pydantic import BaseModel
 
 from tide_dspy.backbones.usage import entries_since, usage_mark, usage_tokens
 from tide_dspy.schemas import Finding, Instance
-from tide_dspy.settings import ContextView, get_setting
+from tide_dspy.domains import ContextView, get_setting
 
 log = logging.getLogger(__name__)
 
 SCAN_MAX_TOKENS = 64  # a digit, a template id and one sentence
+TOP_LOGPROBS = 10  # alternatives per step: enough to hold all ten digits where the model weighs them
 # The rating comes first in the answer, so an answer cut off in its reason still holds it.
 _RATING = re.compile(r"suspicion\W{0,12}(\d)")
+_BEFORE_RATING = re.compile(r"suspicion\W{0,12}$")
 
 
 class Suspect(BaseModel):
-    """One artifact's scan result. A failed call scores -1 and keeps its error as the reason."""
+    """One artifact's scan result. A failed call scores -1 and keeps its error as the reason.
+
+    `rating` is the digit the model wrote; `score` is the rating expected under the model's own probabilities of
+    the ten digits where the backend reports them (see expected_rating), else the rating itself. A small model
+    writes 0 for nearly everything; how much weight it gave the other digits still ranks the artifacts."""
 
     artifact_id: str
     handle: str
-    score: int
+    score: float
+    rating: int | None = None
     template_id: str = ""
     reason: str = ""
 
@@ -52,6 +60,7 @@ class ScanRecord(BaseModel):
     output_tokens: int | None = None
     failures: int = 0
     salvaged: int = 0  # ratings read from an answer that failed to parse as a whole (cut off in its reason)
+    from_probabilities: int = 0  # scores computed from the digits' probabilities, not the written digit alone
 
 
 @dataclass(frozen=True)
@@ -77,6 +86,30 @@ def recall_at(ranked: list[str] | tuple[str, ...], instance: Instance, n: int) -
     return len(gold & set(ranked[:n])) / len(gold) if gold else None
 
 
+def expected_rating(logprobs) -> float | None:
+    """The mean of the digits 0-9 under their probabilities at the rating's position in the answer.
+
+    `logprobs` is OpenAI's `{"content": [{"token", "logprob", "top_logprobs": [...]}, ...]}`, as DSPy puts it on
+    a prediction. The rating is the first digit token after the text `suspicion`; alternatives that are not a
+    single digit are left out and the rest renormalized. None when the answer or its alternatives hold no digit."""
+    content = (logprobs or {}).get("content") if isinstance(logprobs, dict) else getattr(logprobs, "content", None)
+    text = ""
+    for step in content or []:
+        token = step.get("token", "") if isinstance(step, dict) else getattr(step, "token", "")
+        if _BEFORE_RATING.search(text) and token.strip(' "').isdigit():
+            tops = step.get("top_logprobs") if isinstance(step, dict) else getattr(step, "top_logprobs", None)
+            digits: dict[int, float] = {}
+            for alt in tops or [step]:
+                alt_token = (alt.get("token") if isinstance(alt, dict) else alt.token).strip(' "')
+                alt_lp = alt.get("logprob") if isinstance(alt, dict) else alt.logprob
+                if len(alt_token) == 1 and alt_token.isdigit():
+                    digits[int(alt_token)] = digits.get(int(alt_token), 0.0) + math.exp(alt_lp)
+            total = sum(digits.values())
+            return sum(d * p for d, p in digits.items()) / total if total > 0 else None
+        text += token
+    return None
+
+
 class Scanner(dspy.Module):
     """One predictor, one call per artifact. Its instruction is optimizable like the round's."""
 
@@ -89,12 +122,26 @@ class Scanner(dspy.Module):
         setting = get_setting(self.setting_name)
         lm = self.rate.lm or dspy.settings.lm
         mark = usage_mark(lm)
-        suspects, failures, salvaged = [], 0, 0
+        suspects, failures, salvaged, from_probabilities = [], 0, 0, 0
+        ask_probabilities = True
         for artifact, handle in zip(view.artifacts, view.handles):
             try:
-                out = self.rate(templates=guidance, artifact=setting.render_artifact(artifact, handle),
-                                config={"max_tokens": SCAN_MAX_TOKENS})
-                suspects.append(Suspect(artifact_id=artifact.id, handle=handle, score=int(out.suspicion),
+                config = {"max_tokens": SCAN_MAX_TOKENS}
+                try:
+                    out = self.rate(templates=guidance, artifact=setting.render_artifact(artifact, handle),
+                                    config=config | ({"logprobs": True, "top_logprobs": TOP_LOGPROBS}
+                                                     if ask_probabilities else {}))
+                except Exception as exc:
+                    if not (ask_probabilities and "logprob" in str(exc).lower()):
+                        raise
+                    log.info("the backend gives no logprobs (%s); the scan uses the written ratings", exc)
+                    ask_probabilities = False
+                    out = self.rate(templates=guidance, artifact=setting.render_artifact(artifact, handle),
+                                    config=config)
+                expected = expected_rating(getattr(out, "logprobs", None))
+                from_probabilities += expected is not None
+                suspects.append(Suspect(artifact_id=artifact.id, handle=handle, rating=int(out.suspicion),
+                                        score=round(expected, 4) if expected is not None else int(out.suspicion),
                                         template_id=str(out.template_id or "").strip(),
                                         reason=str(out.reason or "").strip()))
             except AdapterParseError as exc:
@@ -106,6 +153,7 @@ class Scanner(dspy.Module):
                 else:
                     salvaged += 1
                     suspects.append(Suspect(artifact_id=artifact.id, handle=handle, score=int(rating.group(1)),
+                                            rating=int(rating.group(1)),
                                             reason="(answer cut off after the rating)"))
             except Exception as exc:  # noqa: BLE001 - a failed rating ranks last and is counted, never fatal
                 failures += 1
@@ -115,4 +163,4 @@ class Scanner(dspy.Module):
         entries = entries_since(lm, mark)
         tokens_in, tokens_out = usage_tokens(entries)
         return ScanRecord(suspects=suspects, lm_calls=len(entries), input_tokens=tokens_in, output_tokens=tokens_out,
-                          failures=failures, salvaged=salvaged)
+                          failures=failures, salvaged=salvaged, from_probabilities=from_probabilities)

@@ -7,8 +7,8 @@ from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-Setting = Literal["workspace", "repository"]
-SETTING_NAMES: tuple[str, ...] = get_args(Setting)
+SettingName = Literal["workspace", "repository"]
+SETTING_NAMES: tuple[str, ...] = get_args(SettingName)
 ArtifactKind = Literal["email", "calendar", "document", "function"]
 
 
@@ -69,7 +69,7 @@ class Instance(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     instance_id: str
-    setting: Setting
+    setting: SettingName
     split: str | None = None
     artifacts: list[Artifact]
     problems: list[GoldProblem] = Field(default_factory=list)
@@ -133,7 +133,7 @@ class Template(BaseModel):
     name: str
     pattern: str
     evidence_flow: list[str]
-    setting: Setting | None = None
+    setting: SettingName | None = None
     source_case: str | None = None
 
 
@@ -163,7 +163,7 @@ class RoundRecord(BaseModel):
 
 class ActionChoice(BaseModel):
     """The action a workspace finding proposes. The round's output schema narrows it to one library action with
-    its own required parameters (see settings.WorkspaceSetting.action_schema); parsing stays permissive so that
+    its own required parameters (see domains.WorkspaceSetting.action_schema); parsing stays permissive so that
     hygiene, not the parser, decides what an unconstrained backend wrote."""
 
     action_id: str = Field(description="id of one action from the action library")

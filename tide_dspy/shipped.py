@@ -9,19 +9,8 @@ site-packages, not a tide-dspy checkout (it has no tide-dspy pyproject.toml), no
 
 from __future__ import annotations
 
-from pathlib import Path
+from tide_dspy.util.paths import CHECKOUT_ROOT
 
-
-def _checkout_root() -> Path | None:
-    root = Path(__file__).resolve().parents[1]
-    marker = root / "pyproject.toml"
-    try:
-        return root if marker.is_file() and 'name = "tide-dspy"' in marker.read_text(encoding="utf-8") else None
-    except (OSError, UnicodeDecodeError):
-        return None
-
-
-CHECKOUT_ROOT = _checkout_root()
 OPTIMIZERS_DIR = CHECKOUT_ROOT / "optimizers" if CHECKOUT_ROOT else None
 PROGRAMS_DIR = CHECKOUT_ROOT / "programs" if CHECKOUT_ROOT else None
 NOT_SHIPPED = ("this install has no tide-dspy checkout beside the package, so no shipped configs or programs "

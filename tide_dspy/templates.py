@@ -25,20 +25,18 @@ from tide_dspy.backbones.usage import entries_usage
 from tide_dspy.data.records import read_json_file
 from tide_dspy.refinement import Refined, refine_template
 from tide_dspy.schemas import GoldProblem, Instance, Template
-from tide_dspy.settings import Setting, get_setting
+from tide_dspy.domains import Setting, get_setting
 
 log = logging.getLogger(__name__)
 
-ID_PREFIX = {"workspace": ("ws-t", 2), "repository": ("repo-t", 3)}
 DEFAULT_MERGE_THRESHOLD = 80.0
 DEFAULT_MAX_TEMPLATES = 32  # the paper's libraries hold a few dozen; this many fit the small backbones' context
 DEFAULT_ATTEMPTS = 3
 
 
 def template_id(setting: str, number: int, total: int = 0) -> str:
-    """ws-t01 / repo-t001; the width grows when a library outgrows it."""
-    prefix, width = ID_PREFIX[setting]
-    return f"{prefix}{number:0{max(width, len(str(total)))}d}"
+    """ws-t01 / repo-t001 (the setting's template_id_prefix); the width grows when a library outgrows it."""
+    return get_setting(setting).template_id(number, total)
 
 
 def is_solved(problem: GoldProblem) -> bool:

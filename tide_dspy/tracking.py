@@ -1,24 +1,29 @@
-"""MLflow tracking for distill / compile / tune / evaluate runs (LM usage is counted in backbones.usage).
+"""One tracked run per command: timing, LM usage, MLflow and provenance.json (`tracked_run`), plus the model registry.
 
-The store is `sqlite:///mlflow.db` (in the working directory) unless MLFLOW_TRACKING_URI names another. mlflow is
+LM usage is counted in backbones.usage. The store is `sqlite:///mlflow.db` (in the working directory) unless MLFLOW_TRACKING_URI names another. mlflow is
 imported only inside the functions that use it, so importing this module stays cheap.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
 import re
 import shutil
-import subprocess
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
-from tide_dspy.backbones.registry import scrub_secrets
+from tide_dspy.util.git import head_sha
+from tide_dspy.util.hashing import short_sha256
+from tide_dspy.util.jsonio import read_json_file, write_json
+from tide_dspy.util.secrets import scrub_secrets
 
 log = logging.getLogger(__name__)
 
@@ -40,22 +45,24 @@ def configure_tracking(uri: str | None = None) -> str:
 
 def git_sha(cwd: str | Path | None = None) -> str | None:
     """HEAD of the repository holding the package (with "-dirty" when tracked files changed), or None."""
-    cwd = cwd or Path(__file__).resolve().parent
-    try:
-        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=cwd,
-                               capture_output=True, text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return None
-    return sha + ("-dirty" if dirty else "")
+    return head_sha(cwd or Path(__file__).resolve().parent)
 
 
 def dataset_hash(instances) -> str:
     """A short SHA-256 over the instances' full content, in order: it changes when any record does."""
-    h = hashlib.sha256()
-    for inst in instances:
-        h.update(inst.model_dump_json().encode())
-    return h.hexdigest()[:16]
+    return short_sha256(*(inst.model_dump_json() for inst in instances), sep="")
+
+
+def record_provenance(folder: str | Path, artifact: str, command: str | None, **info) -> Path:
+    """provenance.json beside the artifacts: for each file, the command that made it and when (secrets scrubbed)."""
+    folder = Path(folder)
+    path = folder / "provenance.json"
+    data = read_json_file(path, "") if path.exists() else {}
+    data[artifact] = scrub_secrets({"command": command,
+                                    "date": datetime.now(timezone.utc).isoformat(timespec="seconds"), **info})
+    folder.mkdir(parents=True, exist_ok=True)
+    write_json(path, data, ensure_ascii=True)
+    return path
 
 
 # ---- runs ----
@@ -72,20 +79,21 @@ def log_params(params: dict) -> None:
     mlflow.log_params({k: _param_value(v) for k, v in clean.items()})
 
 
-def score_metrics(result: dict, prefix: str = "") -> dict[str, float]:
-    """Flatten an aggregate into MLflow metric names like `before_f1_retrieval` (unjudged components left out)."""
+def score_metrics(result, prefix: str = "") -> dict[str, float]:
+    """Flatten an EvaluationResult into MLflow metric names like `before_f1_retrieval` (unjudged components left
+    out)."""
     out = {}
     for part in ("coverage", "precision", "f1"):
-        for component, value in (result.get(part) or {}).items():
+        for component, value in (getattr(result, part, None) or {}).items():
             if value is not None:
                 out[f"{prefix}{part}_{component}"] = float(value)
     for key in ("n_instances", "n_failed", "findings"):
-        if isinstance(result.get(key), (int, float)):
-            out[f"{prefix}{key}"] = float(result[key])
+        if isinstance(getattr(result, key, None), (int, float)):
+            out[f"{prefix}{key}"] = float(getattr(result, key))
     return out
 
 
-def log_scores(result: dict, prefix: str = "") -> None:
+def log_scores(result, prefix: str = "") -> None:
     import mlflow
 
     mlflow.log_metrics(score_metrics(result, prefix))
@@ -105,14 +113,88 @@ def log_usage(usage: dict | None, name: str = "lm_usage.json") -> None:
                 mlflow.log_metric(f"{role}_{key}", float(value))
 
 
+@dataclass
+class TrackedRun:
+    """What `tracked_run` yields: the clock, the LM usage counters, provenance and (when tracking is on) the MLflow
+    run. Every logging method is a no-op when tracking is off, so a command calls them unconditionally."""
+
+    run: Any = None  # the active MLflow run, or None when tracking is off
+    command_line: str | None = None
+    lms: dict[str, Any] = field(default_factory=dict)  # role -> LM whose usage counts from the start of the run
+    started: float = field(default_factory=time.perf_counter)
+    marks: dict[str, str | None] = field(default_factory=dict)
+
+    def __post_init__(self):
+        from tide_dspy.backbones.usage import usage_mark
+
+        self.marks = {role: usage_mark(lm) for role, lm in self.lms.items()}
+
+    @property
+    def enabled(self) -> bool:
+        return self.run is not None
+
+    @property
+    def info(self):
+        return self.run.info
+
+    def seconds(self, since: float | None = None) -> float:
+        """Seconds since the run (or `since`, a time.perf_counter() value) started, to 0.1 s."""
+        return round(time.perf_counter() - (self.started if since is None else since), 1)
+
+    def usage(self) -> dict:
+        """{role: calls, tokens and cost of that LM since the run started}."""
+        from tide_dspy.backbones.usage import lm_usage
+
+        return {role: lm_usage(lm, self.marks[role]) for role, lm in self.lms.items()}
+
+    def provenance(self, folder: str | Path, artifact: str, **info) -> None:
+        record_provenance(folder, artifact, self.command_line, **info)
+
+    def log_metrics(self, values: dict) -> None:
+        if self.enabled:
+            import mlflow
+
+            mlflow.log_metrics({k: float(v) for k, v in values.items() if v is not None})
+
+    def log_params(self, values: dict) -> None:
+        if self.enabled:
+            import mlflow
+
+            mlflow.log_params(values)
+
+    def log_scores(self, result, prefix: str = "") -> None:
+        if self.enabled:
+            log_scores(result, prefix)
+
+    def log_usage(self, usage: dict | None = None) -> None:
+        """`usage` (default: this run's counters) as lm_usage.json and metrics."""
+        if self.enabled:
+            log_usage(self.usage() if usage is None else usage)
+
+    def log_dict(self, data: dict, name: str) -> None:
+        if self.enabled:
+            import mlflow
+
+            mlflow.log_dict(data, name)
+
+    def log_artifact(self, path: str | Path, folder: str | None = None) -> None:
+        if self.enabled and Path(path).exists():
+            import mlflow
+
+            mlflow.log_artifact(str(path), artifact_path=folder)
+
+
 @contextmanager
 def tracked_run(command: str, *, setting: str, backbone: str, params: dict | None = None,
-                uri: str | None = None, experiment: str = EXPERIMENT, enabled: bool = True) -> Iterator:
-    """An MLflow run named `<command>-<setting>-<backbone>` with the common params (and the git SHA) logged.
+                uri: str | None = None, experiment: str = EXPERIMENT, enabled: bool = True,
+                command_line: str | None = None, lms: dict | None = None) -> Iterator[TrackedRun]:
+    """A run named `<command>-<setting>-<backbone>`: an MLflow run with the common params (and the git SHA) logged,
+    a clock, usage counters for `lms` ({role: LM}) and the `command_line` that provenance.json records.
 
-    With enabled=False nothing is logged and None is yielded, so callers can run without a tracking store."""
+    With enabled=False nothing goes to MLflow; the TrackedRun still times, counts and writes provenance."""
+    lms = dict(lms or {})
     if not enabled:
-        yield None
+        yield TrackedRun(None, command_line, lms)
         return
     import mlflow
 
@@ -124,7 +206,7 @@ def tracked_run(command: str, *, setting: str, backbone: str, params: dict | Non
         mlflow.set_tags({"tide.command": command, "tide.setting": setting, "tide.backbone": backbone})
         log_params({"command": command, "setting": setting, "backbone": backbone, "git_sha": git_sha(),
                     **(params or {})})
-        yield run
+        yield TrackedRun(run, command_line, lms)
 
 
 def model_name(setting: str, backbone: str) -> str:

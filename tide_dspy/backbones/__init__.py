@@ -7,8 +7,9 @@ from tide_dspy.backbones.registry import (
     adapter_for,
     describe_lm,
     get_lm,
+    lm_context,
     resolve,
     serializes_calls,
 )
 
-__all__ = ["BACKBONES", "DEFAULT_BACKBONE", "Backbone", "adapter_for", "describe_lm", "get_lm", "resolve", "serializes_calls"]
+__all__ = ["BACKBONES", "DEFAULT_BACKBONE", "Backbone", "adapter_for", "describe_lm", "get_lm", "lm_context", "resolve", "serializes_calls"]

@@ -30,7 +30,7 @@ class GrammarFilter:
     the next step's input ids."""
 
     def __init__(self, llama, grammar: str, *, temperature: float = 0.0, seed: int = 0,
-                 top_k: int | None = None, top_p: float | None = None, root: str = "root"):
+                 top_k: int | None = None, top_p: float | None = None, root: str = "root", logprobs: int | None = None):
         import llama_cpp
 
         self._lib, self._sampler = llama_cpp, None
@@ -46,6 +46,11 @@ class GrammarFilter:
         self._full = None
         self.steps = 0
         self.fallbacks = 0  # steps where the first choice broke the grammar and the full vocabulary was checked
+        # With `logprobs` (the top-n alternatives to keep, 0 for the chosen token only), one
+        # (token, logprob, [(alternative, logprob), ...]) per step, from the model's own distribution before the
+        # grammar: a rating the grammar forces to one digit still shows how the model weighed the others.
+        self.logprobs_top = logprobs
+        self.logprobs: list[tuple[int, float, list[tuple[int, float]]]] = []
 
     @classmethod
     def for_response_format(cls, llama, response_format: dict, **kwargs) -> GrammarFilter:
@@ -72,9 +77,21 @@ class GrammarFilter:
         if not self._allows(token, float(scores[token])):
             self.fallbacks += 1
             token = self._pick(self._mask_full(scores))
+        if self.logprobs_top is not None:
+            self._record(scores, token)
         out = np.full_like(scores, -np.inf)
         out[token] = scores[token] if np.isfinite(scores[token]) else 0.0
         return out
+
+    def _record(self, scores: np.ndarray, token: int) -> None:
+        finite = np.isfinite(scores)
+        shift = scores[finite].max()
+        log_total = shift + np.log(np.exp(scores[finite] - shift).sum())
+        n = min(self.logprobs_top, scores.size)
+        top = np.argpartition(-scores, n - 1)[:n] if n else np.array([], dtype=int)
+        top = top[np.argsort(-scores[top])]
+        chosen = float(scores[token] - log_total) if finite[token] else float("-inf")
+        self.logprobs.append((token, chosen, [(int(t), float(scores[t] - log_total)) for t in top if finite[t]]))
 
     def _accept_new(self, input_ids) -> None:
         """Feed the grammar the tokens generated since the last step (none at the first step: the prompt)."""

@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from dspy.clients.engines.base import validate_request
-from dspy.lm15 import ContextLengthError, Message, Response, TextPart, Usage, response_to_events
+from dspy.lm15 import (ContextLengthError, Message, Response, TextPart, TokenLogprob, TopLogprob, Usage,
+                       response_to_events)
 
 from tide_dspy.backbones import prompt_cache
 from tide_dspy.backbones.grammar import GrammarFilter
@@ -124,6 +125,25 @@ def _text(content) -> str:
     return "".join(getattr(p, "text", "") or "" for p in content)
 
 
+def grammar_logprobs(llama, grammar: GrammarFilter) -> tuple[TokenLogprob, ...]:
+    """The grammar sampler's per-step record as lm15 logprobs (the model's distribution before the grammar)."""
+    def text(token: int) -> str:
+        return llama.detokenize([token]).decode("utf-8", errors="replace")
+
+    return tuple(TokenLogprob(token=text(t), logprob=lp, token_id=t,
+                              top=tuple(TopLogprob(token=text(a), logprob=alp) for a, alp in top))
+                 for t, lp, top in grammar.logprobs if lp > float("-inf"))
+
+
+def chat_logprobs(raw: dict) -> tuple[TokenLogprob, ...]:
+    """llama-cpp-python's OpenAI-style `choices[0].logprobs.content` as lm15 logprobs."""
+    content = ((raw["choices"][0].get("logprobs") or {}).get("content")) or []
+    return tuple(TokenLogprob(token=c["token"], logprob=float(c["logprob"]),
+                              top=tuple(TopLogprob(token=a["token"], logprob=float(a["logprob"]))
+                                        for a in c.get("top_logprobs") or []))
+                 for c in content)
+
+
 def request_messages(request) -> list[dict]:
     messages = []
     if request.system is not None:
@@ -173,7 +193,7 @@ class LlamaCppEngine:
 
     @property
     def supported_params(self) -> frozenset[str]:
-        params = {"temperature", "max_tokens", "stop", "seed", "top_p", "top_k"}
+        params = {"temperature", "max_tokens", "stop", "seed", "top_p", "top_k", "logprobs", "top_logprobs"}
         return frozenset(params | ({"response_format"} if self.constrained else set()))
 
     # ---- saving (dspy.clients.lm._dump_engine): settings only, never weights or paths ----
@@ -226,6 +246,8 @@ class LlamaCppEngine:
             kwargs["top_k"] = cfg.top_k
         if response_format is not None and not self.fast_grammar:
             kwargs["response_format"] = response_format
+        if cfg.logprobs is not None and not (response_format is not None and self.fast_grammar):
+            kwargs.update(logprobs=True, top_logprobs=cfg.logprobs)
 
         shared = self._shared()
         cache = None if self._injected else prompt_cache.for_model(self.spec.dspy_model, self.n_ctx)
@@ -236,7 +258,8 @@ class LlamaCppEngine:
                 from llama_cpp import LogitsProcessorList
 
                 grammar = GrammarFilter.for_response_format(llama, response_format, temperature=kwargs["temperature"],
-                                                            seed=kwargs["seed"], top_k=cfg.top_k, top_p=cfg.top_p)
+                                                            seed=kwargs["seed"], top_k=cfg.top_k, top_p=cfg.top_p,
+                                                            logprobs=cfg.logprobs)
                 kwargs["logits_processor"] = LogitsProcessorList([grammar])
             before = _tokens(llama)
             _reset_perf(llama)
@@ -259,8 +282,10 @@ class LlamaCppEngine:
             after = _tokens(llama)
             if cache:
                 cache.keep(llama, raw, before)
+            logprobs = (None if cfg.logprobs is None else
+                        grammar_logprobs(llama, grammar) if grammar is not None else chat_logprobs(raw))
         return self._response(raw, before, after, perf, wall, response_format is not None,
-                              grammar.fallbacks if grammar is not None else None)
+                              grammar.fallbacks if grammar is not None else None, logprobs)
 
     def _context_message(self, detail: str) -> str:
         return (f"the prompt does not fit the context window of {self.spec.title}: {detail} (n_ctx={self.n_ctx}, "
@@ -268,7 +293,7 @@ class LlamaCppEngine:
                 "or use a smaller instance or a hosted backbone.")
 
     def _response(self, raw: dict, before: list, after: list, perf, wall: float, constrained: bool,
-                  grammar_fallbacks: int | None = None) -> Response:
+                  grammar_fallbacks: int | None = None, logprobs: tuple[TokenLogprob, ...] | None = None) -> Response:
         choice = raw["choices"][0]
         usage = raw.get("usage") or {}
         prompt_tokens = int(usage.get("prompt_tokens") or 0)
@@ -288,6 +313,7 @@ class LlamaCppEngine:
             finish_reason=finish,
             usage=Usage(input_tokens=prompt_tokens, output_tokens=output_tokens, cache_read_tokens=reused),
             provider_data={"engine": "llama.cpp", **{k: v for k, v in asdict(self.calls[-1]).items() if v is not None}},
+            logprobs=logprobs or (),
         )
 
     def stream(self, request):

@@ -22,7 +22,6 @@ entry when it is read.
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import logging
 import os
 import threading
@@ -30,6 +29,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from tide_dspy.util.hashing import short_sha256
 
 log = logging.getLogger(__name__)
 
@@ -136,7 +136,7 @@ class PromptCache:
 
         t0 = time.perf_counter()
         tokens = np.asarray(llama.input_ids[: llama.n_tokens], dtype=np.int32)
-        key = hashlib.sha256(tokens.tobytes()).hexdigest()[:24]
+        key = short_sha256(tokens.tobytes(), length=24)
         size = llama_cpp.llama_state_get_size(llama._ctx.ctx)
         buffer = (ctypes.c_uint8 * size)()
         written = llama_cpp.llama_state_get_data(llama._ctx.ctx, buffer, size)

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 from pathlib import Path
+
+from tide_dspy.schemas import SETTING_NAMES
 
 
 def positive_int(text: str) -> int:
@@ -54,8 +57,10 @@ def add_lm_options(parser: argparse.ArgumentParser) -> None:
                              "default), llama.cpp (python -m llama_cpp.server), off (default: $TIDE_SERVER_SCHEMA)")
 
 
-def lm_for(args: argparse.Namespace, backbone: str | None = None):
-    """The LM of `backbone` (default: --backbone) with the shared LM options applied."""
+def lm_from_args(args: argparse.Namespace, backbone: str | None = None):
+    """`backbones.get_lm` (the one LM factory) for `backbone` (default: --backbone), with the LM options mapped to
+    its keywords. The adapter is not chosen here: the library scopes it around its calls (backbones.lm_context).
+    Tests replace this function to inject a DummyLM."""
     from tide_dspy.backbones import get_lm
 
     return get_lm(backbone or args.backbone, api_base=args.api_base, temperature=args.temperature,
@@ -63,15 +68,65 @@ def lm_for(args: argparse.Namespace, backbone: str | None = None):
                   **({"server_schema": args.server_schema} if getattr(args, "server_schema", None) else {}))
 
 
-def lm_from_args(args: argparse.Namespace):
-    """The backbone LM named by the options. For the embedded engine it also selects the JSON adapter, whose
-    schema grammar makes the small models' output parse (experiments/bench_backbone.py: 5/5 against 3/5)."""
-    import dspy
+def command_line(args: argparse.Namespace) -> str:
+    """An equivalent command line, every option spelled out (defaults included), for provenance records; credentials
+    in URLs are scrubbed."""
+    from tide_dspy.util.secrets import scrub_text
 
-    from tide_dspy.backbones import adapter_for
+    parts = ["tide", args.command]
+    for dest, value in vars(args).items():
+        if dest in ("command", "func", "verbose") or value is None or value is False or value == []:
+            continue
+        flag = "--" + dest.replace("_", "-")
+        for v in value if isinstance(value, list) else [value]:
+            parts += [flag] if v is True else [flag, scrub_text(str(v))]
+    return " ".join(shlex.quote(p) for p in parts)
 
-    lm = lm_for(args)
-    adapter = adapter_for(lm)
-    if adapter is not None:
-        dspy.configure(adapter=adapter)
-    return lm
+
+# ---- option groups of distill / compile / tune / evaluate ----
+
+def add_data_options(p: argparse.ArgumentParser, split: str) -> None:
+    p.add_argument("--setting", choices=SETTING_NAMES, required=split != "test")
+    p.add_argument("--split", default=split, help=f"data split (default: {split})")
+    p.add_argument("--data", default=None, help="the setting's JSONL file or folder (default: $TIDE_DATA/<setting>, "
+                                                "else ../shared/data/<setting> beside the repository)")
+    p.add_argument("--ids", default=None, help="only these instance ids (comma-separated)")
+    p.add_argument("--max-context-tokens", type=positive_int, default=None,
+                   help="only instances whose rendered context fits this many (estimated) tokens, smallest first")
+    p.add_argument("--limit", type=positive_int, default=None, help="at most N instances (after the filters above)")
+
+
+def add_output_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--programs", default="programs", help="root of the programs/<setting>/<backbone>/ tree")
+    p.add_argument("--no-track", action="store_true", help="do not log an MLflow run")
+    p.add_argument("--tracking-uri", default=None, help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, "
+                                                        "else sqlite:///mlflow.db)")
+    add_lm_options(p)
+
+
+def add_program_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--templates", default=None, help="template library (default: programs/<setting>/<backbone>/"
+                                                     "templates.json)")
+    p.add_argument("--rounds", type=positive_int, default=None, help="rounds T (default: the setting's)")
+    p.add_argument("--per-round", type=positive_int, default=None, help="new findings per round k (default: the setting's)")
+    p.add_argument("--max-evidence", type=positive_int, default=None,
+                   help="the most artifacts one finding may cite (default: the setting's, 4 workspace / 2 repository)")
+    p.add_argument("--shuffle-context", type=int, default=None, metavar="SEED",
+                   help="show the artifacts in a seeded shuffled order (to measure position effects)")
+    p.add_argument("--scan", type=positive_int, default=None, metavar="N",
+                   help="rate every artifact on its own first; each round reads the N most suspect unfound ones in "
+                        "full (the scan's instruction is then compiled too; --metric scan-recall scores its ranking)")
+
+
+def add_workers_option(p: argparse.ArgumentParser, what: str) -> None:
+    p.add_argument("--workers", type=positive_int, default=1,
+                   help=f"{what} at once (threads; default 1). Worth it against a served backbone (vLLM, llama.cpp "
+                        "server, a hosted API); the embedded engine runs one call at a time")
+
+
+def add_split_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--metric", default="retrieval-f1",
+                   help="component[-kind]: retrieval|identification|resolution|mean, kind f1 (default)|coverage; "
+                        "or scan-recall (with --scan: gold evidence among the scan's first N)")
+    p.add_argument("--val-fraction", type=float, default=0.25, help="held-out share of train used for validation")
+    p.add_argument("--seed", type=int, default=0, help="seed of the train/validation split")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from tide_dspy.cli.common import add_lm_options, count, positive_int
+from tide_dspy.cli.common import add_lm_options, count, lm_from_args, positive_int
 from tide_dspy.schemas import SETTING_NAMES
 
 
@@ -44,14 +44,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run_stats(args: argparse.Namespace) -> int:
     from tide_dspy.data.loaders import load_with_report
-    from tide_dspy.data.stats import dataset_stats, format_table
+    from tide_dspy.data.stats import dataset_stats, format_stats_table
 
     result = load_with_report(args.path, setting=args.setting, split=args.split, skip_invalid=args.skip_invalid)
     if not result.instances:
         print(f"{args.path}: no instances" + (f" in split {args.split!r}" if args.split else ""))
     else:
         print(f"{args.path} ({result.instances[0].setting})")
-        print(format_table(dataset_stats(result.instances)))
+        print(format_stats_table(dataset_stats(result.instances)))
     if result.skipped:
         print(f"\nskipped {len(result.skipped)} invalid record(s):")
         for error in result.skipped:
@@ -71,11 +71,9 @@ def run_build_repo(args: argparse.Namespace) -> int:
 
 
 def run_generate_workspace(args: argparse.Namespace) -> int:
-    from tide_dspy.backbones import get_lm
     from tide_dspy.data.workspace_generator import generate_workspaces
 
-    lm = get_lm(args.backbone, api_base=args.api_base, temperature=args.temperature, max_tokens=args.max_tokens,
-                num_threads=args.threads)
+    lm = lm_from_args(args)
     written = generate_workspaces(lm, n=args.n, out=args.out, split=args.split, seed=args.seed,
                                   retries=args.retries)
     print(f"wrote {written} workspace(s) to {args.out}")

@@ -18,6 +18,10 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--per-round", type=positive_int, default=None, help="new findings per round k (default: the program's)")
     parser.add_argument("--max-context-tokens", type=positive_int, default=None,
                         help="context window to plan for (default: the backbone's n_ctx, else 32768)")
+    parser.add_argument("--scan", type=positive_int, default=None, metavar="N",
+                        help="rate every artifact on its own first, then let each round read the N most suspect "
+                             "unfound ones in full and the rest as one line each (instead of splitting a large "
+                             "context into windows)")
     parser.add_argument("--out", default="tide-report", help="report folder (default: ./tide-report)")
     add_lm_options(parser)
 
@@ -36,7 +40,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                       help="run this test command (e.g. \"python -m pytest -q\") on a temporary copy of PATH, "
                            "unpatched and then with each patch that applies, and report which patches fix tests; "
                            "this EXECUTES the project's code")
-    # Defaults live in tide_dspy.discover.verify (120 s and 900 s), which is imported only when a command runs.
+    # Defaults live in tide_dspy.product.verify (120 s and 900 s), which is imported only when a command runs.
     repo.add_argument("--verify-timeout", type=float, default=None, metavar="S",
                       help="seconds one test run may take before its process group is killed (default 120)")
     repo.add_argument("--verify-total", type=float, default=None, metavar="S",
@@ -56,7 +60,7 @@ ALL_ROUNDS_FAILED = 3  # exit status of a run in which no round produced usable 
 
 
 def _report(result, args: argparse.Namespace) -> int:
-    from tide_dspy.discover import write_report
+    from tide_dspy.product import write_report
 
     paths = write_report(result, args.out)
     print(f"report: {paths['report.md']} (also {paths['report.html'].name}, {paths['findings.json'].name}, "
@@ -72,11 +76,11 @@ def _common(args: argparse.Namespace) -> dict:
     check_output_folder(args.out)
     return dict(lm=lm_from_args(args), backbone=args.backbone, program=args.program, templates=args.templates,
                 rounds=args.rounds, per_round=args.per_round, max_context_tokens=args.max_context_tokens,
-                progress=lambda line: print(line, flush=True))
+                scan=args.scan, progress=lambda line: print(line, flush=True))
 
 
 def run_repo(args: argparse.Namespace) -> int:
-    from tide_dspy.discover import discover_repository
+    from tide_dspy.product import discover_repository
 
     limits = {k: v for k, v in (("verify_timeout", args.verify_timeout), ("verify_total", args.verify_total))
               if v is not None}
@@ -88,7 +92,7 @@ def run_repo(args: argparse.Namespace) -> int:
 
 
 def run_workspace(args: argparse.Namespace) -> int:
-    from tide_dspy.discover import discover_workspace
+    from tide_dspy.product import discover_workspace
 
     result = discover_workspace(args.dir, profile=args.profile, actions=args.actions, **_common(args))
     return _report(result, args)

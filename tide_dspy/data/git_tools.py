@@ -7,8 +7,6 @@ directory that is not part of any repository.
 from __future__ import annotations
 
 import io
-import os
-import re
 import shutil
 import subprocess
 import tarfile
@@ -17,25 +15,14 @@ from datetime import UTC, datetime
 from functools import cache
 from pathlib import Path
 
-from tide_dspy.settings import patch_paths
-
-HUNK_HEADER = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
+from tide_dspy.util.diffs import hunks, touched_paths  # noqa: F401 (touched_paths: used by repo_builder)
+from tide_dspy.util.git import run_git
 
 
 def _git(args: list[str], *, cwd: Path | None = None, input: bytes | None = None,
          check: bool = True) -> subprocess.CompletedProcess:
     # No repository discovery above a scratch directory: `git apply` then works on plain files.
-    env = {**os.environ, "GIT_CEILING_DIRECTORIES": str(cwd.parent)} if cwd else None
-    proc = subprocess.run(["git", *args], cwd=cwd, input=input, capture_output=True, env=env)
-    if check and proc.returncode != 0:
-        raise RuntimeError(f"git {' '.join(args[:3])} failed: {proc.stderr.decode(errors='replace').strip()}")
-    return proc
-
-
-def touched_paths(patch: str) -> list[str]:
-    """Old and new paths of every file a unified diff touches."""
-    old = re.findall(r"^--- a/(\S+)", patch, re.M)
-    return list(dict.fromkeys(old + patch_paths(patch)))
+    return run_git(args, cwd, input=input, text=False, check=check, isolated=True)
 
 
 class GitClone:
@@ -123,10 +110,4 @@ def changed_old_lines(old: Path, new: Path) -> list[tuple[int, int, list[str]]]:
     A count of 0 is a pure insertion after old line `first`.
     """
     out = _git(["diff", "--no-index", "--no-color", "-U0", "--", str(old), str(new)], check=False).stdout
-    hunks: list[tuple[int, int, list[str]]] = []
-    for line in out.decode(errors="replace").splitlines():
-        if m := HUNK_HEADER.match(line):
-            hunks.append((int(m.group(1)), int(m.group(2) or 1), []))
-        elif hunks and line.startswith("+"):  # the file header precedes the first hunk
-            hunks[-1][2].append(line[1:])
-    return hunks
+    return hunks(out.decode(errors="replace"))

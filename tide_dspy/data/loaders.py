@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 from collections.abc import Iterator
@@ -15,6 +14,7 @@ import dspy
 
 from tide_dspy.data.records import describe_record_error, instance_from_record
 from tide_dspy.schemas import SETTING_NAMES, Instance
+from tide_dspy.util.hashing import short_sha256
 
 logger = logging.getLogger(__name__)
 
@@ -135,7 +135,7 @@ def jsonl_lines(file: Path, cache_dir: str | Path | None = None) -> Iterator[tup
             except UnicodeDecodeError as exc:
                 yield index + 1, exc
         return
-    digest = hashlib.sha256(data).hexdigest()[:16]
+    digest = short_sha256(data)
     base = Path(cache_dir) if cache_dir else Path(datasets.config.HF_DATASETS_CACHE)
     with _quiet_progress():
         ds = datasets.load_dataset("text", data_files=str(file.resolve()), split="train",

@@ -1,4 +1,4 @@
-"""Conversion between the benchmark's JSONL record formats and `Instance`, and reading our JSON files.
+"""Conversion between the benchmark's JSONL record formats and `Instance`.
 
 Everything is validated by pydantic in one `Instance.model_validate` call, so a bad record raises a
 `pydantic.ValidationError` whose locations name the offending field (see `describe_record_error`).
@@ -6,13 +6,13 @@ Everything is validated by pydantic in one `Instance.model_validate` call, so a 
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
+from tide_dspy.domains import REPOSITORY, WORKSPACE
 from tide_dspy.schemas import Instance
+from tide_dspy.util.jsonio import read_json_file, read_yaml_file  # noqa: F401 (their home is util.jsonio)
 
 REPOSITORY_PROBLEM_KEYS = ("problem_id", "description", "evidence", "patch")
 CANDIDATE_KEYS = ("path", "qualname", "start_line", "end_line", "code")
@@ -25,9 +25,9 @@ def detect_setting(record: dict[str, Any]) -> str:
     if "setting" in record:
         return record["setting"]
     if "candidates" in record:
-        return "repository"
+        return REPOSITORY.name
     if "artifacts" in record:
-        return "workspace"
+        return WORKSPACE.name
     raise ValueError("cannot tell the setting: the record has neither 'candidates' (repository) nor 'artifacts' (workspace)")
 
 
@@ -46,10 +46,10 @@ def instance_from_record(record: dict[str, Any], setting: str | None = None) -> 
     setting = detected
     if "setting" in record:  # already in our format (Instance.model_dump)
         return Instance.model_validate(record)
-    if setting == "workspace":
-        return Instance.model_validate({"setting": "workspace", **_present(record, WORKSPACE_KEYS)})
+    if setting == WORKSPACE.name:
+        return Instance.model_validate({"setting": WORKSPACE.name, **_present(record, WORKSPACE_KEYS)})
     return Instance.model_validate({
-        "setting": "repository",
+        "setting": REPOSITORY.name,
         **_present(record, REPOSITORY_KEYS),
         "artifacts": [_candidate_artifact(i, c) for i, c in enumerate(_list(record, "candidates"))],
         "meta": _present(record, REPOSITORY_META_KEYS),
@@ -106,37 +106,3 @@ def _loc_path(loc: tuple[Any, ...]) -> str:
     for part in loc:
         path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
     return path
-
-
-def read_json_file(path: str | Path, missing_hint: str) -> Any:
-    """A JSON file's content. A missing file says `missing_hint` (how to make one); bad JSON names the line."""
-    path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"{path}: {missing_hint}")
-    if not path.is_file():
-        raise ValueError(f"{path}: not a file; {missing_hint}")
-    try:
-        return json.loads(path.read_bytes().decode("utf-8"))
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{path}: line {exc.lineno}: not valid JSON ({exc.msg})") from None
-    except UnicodeDecodeError as exc:
-        raise ValueError(f"{path}: byte {exc.start} is not UTF-8; save the file as UTF-8 JSON") from None
-    except RecursionError:
-        raise ValueError(f"{path}: JSON nested too deeply to read; replace the file ({missing_hint})") from None
-
-
-def read_yaml_file(path: str | Path) -> Any:
-    """A YAML file's content (safe_load: plain data only). Missing, non-UTF-8 or invalid YAML names the file."""
-    import yaml
-
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: no such file")
-    try:
-        return yaml.safe_load(path.read_bytes().decode("utf-8"))
-    except UnicodeDecodeError as exc:
-        raise ValueError(f"{path}: byte {exc.start} is not UTF-8; save the file as UTF-8") from None
-    except yaml.YAMLError as exc:
-        raise ValueError(f"{path}: not valid YAML ({exc})") from None
-    except RecursionError:
-        raise ValueError(f"{path}: YAML nested too deeply to read") from None

@@ -25,6 +25,7 @@ from typing import Any
 from tide_dspy.data.candidates import file_candidates, read_source
 from tide_dspy.data.git_tools import GitClone, changed_old_lines, touched_paths
 from tide_dspy.data.loaders import jsonl_lines, load_instances
+from tide_dspy.domains import REPOSITORY
 from tide_dspy.schemas import Artifact
 
 logger = logging.getLogger(__name__)
@@ -299,7 +300,7 @@ def build_repository_instances(rows_path: str | Path, repo: str | Path, out: str
                 files.close()
             f.write(json.dumps(record) + "\n")
     if groups:
-        load_instances(out, setting="repository")  # the output must pass the loader's validation
+        load_instances(out, setting=REPOSITORY.name)  # the output must pass the loader's validation
     grouped = sum(len(g.rows) for g in groups)
     return BuildReport(repo=repo_name, rows=len(rows), anchors=len(builder.anchors), grouped=grouped,
                        dropped_no_evidence=len(builder.no_evidence),

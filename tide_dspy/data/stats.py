@@ -41,7 +41,7 @@ def dataset_stats(instances: Sequence[Instance]) -> list[dict[str, str | int]]:
     return rows + [stats_row("total", instances)] if len(splits) != 1 else rows
 
 
-def format_table(rows: Sequence[dict[str, str | int]]) -> str:
+def format_stats_table(rows: Sequence[dict[str, str | int]]) -> str:
     """A plain fixed-width text table with a header line."""
     widths = {c: max(len(c), *(len(str(r[c])) for r in rows)) for c in COLUMNS}
     cells = [list(COLUMNS), ["-" * widths[c] for c in COLUMNS], *([str(r[c]) for c in COLUMNS] for r in rows)]

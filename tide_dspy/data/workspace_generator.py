@@ -30,6 +30,8 @@ from pydantic import BaseModel, Field
 
 from tide_dspy.data.loaders import load_instances
 from tide_dspy.data.records import instance_from_record
+from tide_dspy.domains import WORKSPACE
+from tide_dspy.retry import call_with_retries
 
 logger = logging.getLogger(__name__)
 
@@ -234,20 +236,19 @@ class WorkspaceGenerator(dspy.Module):
              on_step: Callable[[str, int], None] | None, **inputs) -> dspy.Prediction:
         record = StepLog(name, 0)
         log.append(record)
-        for attempt in range(self.retries):
-            record.attempts = attempt + 1
-            config = {"rollout_id": attempt, "temperature": 1.0} if attempt else {}
-            try:
-                pred = predictor(**inputs, config=config) if config else predictor(**inputs)
-                error = check(pred)
-            except Exception as exc:  # noqa: BLE001 - any adapter/LM failure counts as malformed output
-                error = f"{type(exc).__name__}: {str(exc)[:200]}"
-            if error is None:
-                if on_step:
-                    on_step(name, record.attempts)
-                return pred
-            record.errors.append(error)
+
+        def unusable(attempt: int, error: str) -> None:
             logger.warning("%s: attempt %d/%d unusable: %s", name, attempt + 1, self.retries, error)
+
+        # Any adapter/LM failure counts as malformed output; each retry is a fresh sample (tide_dspy.retry).
+        tried = call_with_retries(lambda config: predictor(**inputs, config=config) if config else predictor(**inputs),
+                                  self.retries, lm=predictor.lm or dspy.settings.lm, check=check, error_chars=200,
+                                  on_failure=unusable)
+        record.attempts, record.errors = tried.attempts, tried.errors
+        if tried.ok:
+            if on_step:
+                on_step(name, record.attempts)
+            return tried.value
         raise GenerationError(f"{name}: no usable output after {self.retries} attempts ({record.errors[-1]})")
 
     def forward(self, role_hint: str, today: str, n_problems: int, instance_seed: str, split: str = "test",
@@ -289,7 +290,7 @@ def _hex_id(prefix: str, *keys: str) -> str:
 
 
 def _slug(text: str) -> str:
-    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:40] or "workspace"
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:40] or WORKSPACE.name
 
 
 def _artifact(draft: ArtifactDraft, instance_id: str, key: str) -> dict[str, Any]:
@@ -378,5 +379,5 @@ def generate_workspaces(lm: dspy.LM, n: int, out: str | Path, split: str = "test
             f.flush()
             written += 1
     if written:
-        load_instances(out, setting="workspace")
+        load_instances(out, setting=WORKSPACE.name)
     return written

@@ -76,6 +76,17 @@ def tide_metric(component: str = "retrieval", kind: str = "f1", judge=None, over
     return metric
 
 
+def scan_recall_metric(example, pred, trace=None) -> float:
+    """The share of the gold evidence among the scan's first focus_size suspects (`pred.scan`, a ScanRecord).
+
+    It rewards ranking, not citing, so it gives an optimizer signal where the findings' F1 is still 0."""
+    scan = _field(pred, "scan")
+    recall = _field(scan, "recall_at_focus") if scan is not None else None
+    if recall is None:
+        raise ValueError("scan-recall needs a scanning program (scan=True) on an instance with gold evidence")
+    return float(recall)
+
+
 def _snippet(text: str) -> str:
     text = " ".join((text or "").split())
     return text if len(text) <= SNIPPET_CHARS else text[: SNIPPET_CHARS - 3] + "..."

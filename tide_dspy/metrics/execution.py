@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from tide_dspy.data.git_tools import GitClone, Snapshot
-from tide_dspy.discover.verify import (DEFAULT_RUN_TIMEOUT, TestRun, is_pytest, nodeid_key, parse_command,
+from tide_dspy.product.verify import (DEFAULT_RUN_TIMEOUT, TestRun, is_pytest, nodeid_key, parse_command,
                                       require_executable, run_tests, test_environment)
 from tide_dspy.metrics.scoring import as_findings, match
 from tide_dspy.schemas import Finding, GoldProblem, Instance

@@ -13,7 +13,9 @@ import logging
 import dspy
 from rapidfuzz import fuzz
 
+from tide_dspy.domains import WORKSPACE, Setting, get_setting, render_action  # noqa: F401 - render_action: re-exported
 from tide_dspy.metrics.scoring import NO_JUDGE_LABEL
+from tide_dspy.retry import call_with_retries
 from tide_dspy.schemas import ChosenAction, Finding, GoldProblem
 from tide_dspy.signatures import JudgeIdentification, JudgeResolution
 
@@ -29,23 +31,12 @@ def normalise_likert(score: int | float) -> tuple[float, bool]:
     return (clamped - LIKERT_MIN) / (LIKERT_MAX - LIKERT_MIN), clamped != score
 
 
-def render_action(action: ChosenAction | None) -> str:
-    if action is None:
-        return "(no action)"
-    kind = f" [{action.type}]" if action.type else ""
-    return f"{action.action_id}{kind} parameters: {json.dumps(action.parameters, ensure_ascii=False, sort_keys=True)}"
-
-
-def _resolution_of(item: GoldProblem | Finding, setting: str) -> ChosenAction | str | None:
-    return item.action if setting == "workspace" else (item.patch or None)
-
-
-def _resolution_gate(gold: GoldProblem, finding: Finding, setting: str) -> tuple[float | None, str] | None:
+def _resolution_gate(gold: GoldProblem, finding: Finding, setting: Setting) -> tuple[float | None, str] | None:
     """The verdict when there is nothing to judge, or None when the judge must look."""
-    what = "action" if setting == "workspace" else "patch"
-    if _resolution_of(gold, setting) is None:
+    what = setting.resolution_kind
+    if setting.resolution_of(gold) is None:
         return None, f"not judged: the gold problem has no reference {what}"
-    if _resolution_of(finding, setting) is None:
+    if setting.resolution_of(finding) is None:
         return 0.0, f"the finding has no {what}"
     return None
 
@@ -77,22 +68,23 @@ class LLMJudge(dspy.Module):
         self.resolve = dspy.Predict(JudgeResolution)
 
     def _rate(self, predictor: dspy.Predict, **inputs) -> tuple[float | None, str, bool]:
-        error = ""
-        for attempt in range(self.max_attempts):
-            # A retry must not be served the same cached bad answer.
-            config = {"rollout_id": attempt, "temperature": 1.0} if attempt else {}
-            try:
-                out = predictor(**inputs, config=config)
-                value, clamped = normalise_likert(int(out.score))
-            except Exception as e:  # malformed output or a failing judge LM: record it, never abort scoring
-                error = f"{type(e).__name__}: {e}"
-                continue
+        def rate(config: dict):
+            out = predictor(**inputs, config=config)
+            return out, *normalise_likert(int(out.score))
+
+        # A retry is a fresh sample (tide_dspy.retry), never the same cached bad answer. Malformed output or a
+        # failing judge LM is recorded, never fatal to scoring.
+        tried = call_with_retries(rate, self.max_attempts, lm=self.lm)
+        if tried.ok:
+            out, value, clamped = tried.value
             note = f"[score {out.score} clamped to {LIKERT_MIN}..{LIKERT_MAX}] " if clamped else ""
             return value, note + str(out.rationale or ""), False
+        error = tried.errors[-1]
         logger.warning("judge %s failed after %d attempts: %s", self.label, self.max_attempts, error[:300])
         return None, f"judge failed after {self.max_attempts} attempts: {error[:500]}", True
 
-    def forward(self, gold: GoldProblem, finding: Finding, setting: str = "workspace") -> dspy.Prediction:
+    def forward(self, gold: GoldProblem, finding: Finding, setting: str | Setting = WORKSPACE.name) -> dspy.Prediction:
+        setting = get_setting(setting)
         # trace=None keeps judge calls out of the program's trace (GEPA and bootstrapping read it).
         with dspy.context(lm=self.lm, trace=None):
             ident, ident_why, ident_failed = self._rate(
@@ -101,16 +93,12 @@ class LLMJudge(dspy.Module):
             gate = _resolution_gate(gold, finding, setting)
             if gate is not None:
                 (resol, resol_why), resol_failed = gate, False
-            elif setting == "workspace":
+            else:
                 resol, resol_why, resol_failed = self._rate(
                     self.resolve,
                     problem=gold.description,
-                    reference=render_action(gold.action),
-                    prediction=render_action(finding.action),
-                )
-            else:
-                resol, resol_why, resol_failed = self._rate(
-                    self.resolve, problem=gold.description, reference=gold.patch, prediction=finding.patch
+                    reference=setting.render_resolution(gold),
+                    prediction=setting.render_resolution(finding),
                 )
         return _verdict(ident, ident_why, resol, resol_why, int(ident_failed) + int(resol_failed))
 
@@ -134,16 +122,16 @@ class ProxyJudge:
 
     label = PROXY_LABEL
 
-    def __call__(self, gold: GoldProblem, finding: Finding, setting: str = "workspace") -> dspy.Prediction:
+    def __call__(self, gold: GoldProblem, finding: Finding, setting: str | Setting = WORKSPACE.name) -> dspy.Prediction:
+        setting = get_setting(setting)
         ident = fuzz.token_set_ratio(gold.description, finding.description) / 100
         ident_why = f"{PROXY_LABEL} proxy: token-set similarity of the descriptions = {ident:.2f}"
         gate = _resolution_gate(gold, finding, setting)
         if gate is not None:
             resol, resol_why = gate
-        elif setting == "workspace":
-            resol, resol_why = self._action_similarity(gold.action, finding.action)
         else:
-            resol, resol_why = self._patch_similarity(gold.patch, finding.patch)
+            similarity = {"action": self._action_similarity, "patch": self._patch_similarity}[setting.resolution_kind]
+            resol, resol_why = similarity(setting.resolution_of(gold), setting.resolution_of(finding))
         return _verdict(ident, ident_why, resol, f"{PROXY_LABEL} proxy: {resol_why}")
 
     @staticmethod

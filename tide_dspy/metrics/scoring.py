@@ -13,7 +13,9 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, Field, ValidationError
 
+from tide_dspy.domains import setting_of_gold
 from tide_dspy.schemas import SETTING_NAMES, Finding, GoldProblem, Instance
+from tide_dspy.util.diffs import looks_like_diff
 
 COMPONENTS = ("retrieval", "identification", "resolution")
 JUDGED_COMPONENTS = ("identification", "resolution")
@@ -64,7 +66,7 @@ def _resolution_fields(item: dict) -> dict:
     if not isinstance(action, str):
         return item
     rest = {k: v for k, v in item.items() if k != "action"}
-    if action.lstrip().startswith(("diff --git", "--- ", "@@")):
+    if looks_like_diff(action):
         return {**rest, "patch": action}
     return {**rest, "action": {"action_id": action}}
 
@@ -106,9 +108,9 @@ def as_findings(findings) -> list[Finding]:
 
 
 def setting_name(setting, gold: list[GoldProblem]) -> str:
-    """'workspace' or 'repository', from a name, a Setting object, or (when None) the gold: a patch means code."""
+    """The setting's name, from a name, a Setting object, or (when None) the gold (domains.setting_of_gold)."""
     if setting is None:
-        return "repository" if any(g.patch for g in gold) else "workspace"
+        return setting_of_gold(gold).name
     name = getattr(setting, "name", setting)
     if name not in SETTING_NAMES:
         raise ValueError(f"unknown setting {setting!r}; choose one of {list(SETTING_NAMES)}")

@@ -7,7 +7,6 @@ ids; moving a file does. A file that cannot be read is reported with its name an
 
 from __future__ import annotations
 
-import hashlib
 import mailbox
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
@@ -21,6 +20,7 @@ import icalendar
 
 from tide_dspy.data.safe_files import FileScan, read_capped, scan_files
 from tide_dspy.schemas import Artifact
+from tide_dspy.util.hashing import short_sha256
 
 EMAIL_SUFFIXES = (".eml",)
 MBOX_SUFFIXES = (".mbox",)
@@ -55,8 +55,7 @@ class IngestResult:
 
 
 def stable_id(kind: str, rel_path: str, key: str) -> str:
-    digest = hashlib.sha256(f"{rel_path}\0{key}".encode()).hexdigest()
-    return f"{kind}_{digest[:8]}"
+    return f"{kind}_{short_sha256(rel_path, key, length=8)}"
 
 
 def iso(value) -> str:

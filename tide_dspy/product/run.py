@@ -10,25 +10,26 @@ from __future__ import annotations
 import contextlib
 import fnmatch
 import logging
-import re
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from datetime import date
 from pathlib import Path, PurePosixPath
 
-import dspy
-
+from tide_dspy.backbones import lm_context
+from tide_dspy.data import estimate_tokens
 from tide_dspy.data.candidates import parse_candidates, scan_python_files
 from tide_dspy.data.safe_files import FileScan
-from tide_dspy.discover import library, windows
-from tide_dspy.discover.ingest import ingest_workspace
-from tide_dspy.discover.patches import DOES_NOT_APPLY, PatchChecker, git, git_toplevel
-from tide_dspy.discover.result import DiscoverResult, WindowRound
-from tide_dspy.discover.verify import DEFAULT_RUN_TIMEOUT, DEFAULT_TOTAL_TIMEOUT, NOT_RUN, Verification, Verifier
+from tide_dspy.product import library, windows
+from tide_dspy.product.ingest import ingest_workspace
+from tide_dspy.product.patches import DOES_NOT_APPLY, PatchChecker
+from tide_dspy.util.git import git_toplevel, head_sha, resolve_commit, run_git
+from tide_dspy.product.result import DiscoverResult, WindowRound
+from tide_dspy.product.verify import DEFAULT_RUN_TIMEOUT, DEFAULT_TOTAL_TIMEOUT, NOT_RUN, Verification, Verifier
 from tide_dspy.discovery import DiscoveryProgram, DiscoveryState
 from tide_dspy.programs import build_program, load_program, program_dir
 from tide_dspy.schemas import Artifact, Instance, RoundRecord
-from tide_dspy.settings import get_setting
+from tide_dspy.domains import REPOSITORY, WORKSPACE, Setting, get_setting
 from tide_dspy.shipped import PROGRAMS_DIR
 
 Progress = Callable[[str], None]
@@ -121,24 +122,64 @@ def discover_in_windows(program: DiscoveryProgram, instance: Instance, parts: li
             rounds.append(WindowRound(w, record))
             progress(progress_line(w, len(parts), record))
 
-        with dspy.context(lm=lm):
+        with lm_context(lm):
             prediction = program(case=window_instance, on_round=on_round)
         state, _, _ = state.extend(list(prediction.findings), program.dedup_threshold)
     return list(state.findings), rounds
 
 
-def plan_windows(setting: str, instance: Instance, program: DiscoveryProgram, lm, max_context_tokens: int | None,
+def plan_windows(setting: Setting, instance: Instance, program: DiscoveryProgram, lm, max_context_tokens: int | None,
                  unit_of: Callable[[Artifact], tuple[str, str]], progress: Progress) -> list[list[Artifact]]:
+    """One window when the round's context fits, else windows of related files. A scanning program's round shows
+    only its focus in full and every other artifact as one line, so it needs windows only when that does not fit."""
     size, origin = context_window(lm, max_context_tokens)
-    fixed = program.guidance_text() + get_setting(setting).static_text(instance)
+    fixed = program.guidance_text() + setting.static_text(instance)
     budget = windows.window_budget(size, fixed, output_budget(lm))
-    units = windows.make_units(instance.artifacts, get_setting(setting).render_artifact, unit_of)
-    parts = windows.split_windows(instance.artifacts, units, budget)
+    units = windows.make_units(instance.artifacts, setting.render_artifact, unit_of)
     total = sum(u.tokens for u in units)
+    if program.scanner is not None:
+        view = program.view(instance)
+        compact = sum(estimate_tokens(setting.render_compact(a, h)) + 1 for a, h in zip(view.artifacts, view.handles))
+        largest = sorted((estimate_tokens(setting.render_artifact(a, h)) for a, h in zip(view.artifacts, view.handles)),
+                         reverse=True)[:program.focus_size]
+        if compact + sum(largest) <= budget:
+            progress(f"scan: each of the {len(view.artifacts)} artifacts is rated on its own; each round reads the "
+                     f"{program.focus_size} most suspect unfound ones in full and the rest as one line each")
+            return [list(instance.artifacts)]
+    parts = windows.split_windows(instance.artifacts, units, budget)
     if len(parts) > 1:
         progress(f"context of about {total} tokens exceeds the {budget} available in a {size}-token window "
                  f"({origin}): split into {len(parts)} windows of related files")
     return parts
+
+
+@dataclass
+class Discovery:
+    """What one discover run found, before the setting's own checks: the program used and why, its windows,
+    findings and round records."""
+
+    program: DiscoveryProgram
+    source: str
+    windows: int
+    findings: list
+    rounds: list[WindowRound]
+
+
+def run_discovery(instance: Instance, *, lm, backbone: str, program: str | Path | None, templates: str | Path | None,
+                  rounds: int | None, per_round: int | None, max_context_tokens: int | None,
+                  unit_of: Callable[[Artifact], tuple[str, str]], progress: Progress,
+                  describe_input: str = "", scan: int | None = None) -> Discovery:
+    """Choose the program for the instance's setting, split the context into windows and run it on each, with the
+    adapter that parses best on `lm` (backbones.lm_context) scoped around the calls."""
+    setting = get_setting(instance.setting)
+    tide, source = choose_program(setting.name, backbone, program, templates, rounds, per_round)
+    if scan is not None:
+        tide.use_scan(scan)
+        source += f", scanning first (focus {scan})"
+    progress(f"{describe_input}using {source}")
+    parts = plan_windows(setting, instance, tide, lm, max_context_tokens, unit_of, progress)
+    findings, records = discover_in_windows(tide, instance, parts, lm, progress)
+    return Discovery(tide, source, len(parts), findings, records)
 
 
 def finish(result: DiscoverResult, started: float, progress: Progress) -> DiscoverResult:
@@ -158,15 +199,14 @@ def changed_since(root: Path, ref: str) -> set[str]:
     if git_toplevel(root) is None:
         raise ValueError(f"--since needs a git repository, and {root} is not inside one; use --include instead")
     # The ref is user text: resolved as a commit, never read as an option, and only its sha reaches git diff.
-    commit = git(["rev-parse", "--verify", "--quiet", "--end-of-options", f"{ref}^{{commit}}"], root)
-    sha = commit.stdout.strip()
-    if commit.returncode != 0 or not re.fullmatch(r"[0-9a-f]{40,64}", sha):
+    sha = resolve_commit(root, ref)
+    if sha is None:
         raise ValueError(f"--since {ref}: not a commit in {root}; pass a branch, tag or commit "
                          "(e.g. --since main or --since HEAD~3)")
-    diff = git(["diff", "--name-only", "--relative", "--end-of-options", sha, "--"], root)
+    diff = run_git(["diff", "--name-only", "--relative", "--end-of-options", sha, "--"], root)
     if diff.returncode != 0:
         raise ValueError(f"--since {ref}: git diff failed in {root}: {diff.stderr.strip()}")
-    untracked = git(["ls-files", "--others", "--exclude-standard", "--"], root)
+    untracked = run_git(["ls-files", "--others", "--exclude-standard", "--"], root)
     return set(diff.stdout.split()) | set(untracked.stdout.split())
 
 
@@ -211,8 +251,7 @@ def parse_reporting_skips(root: Path, files: list[str]) -> tuple[list[Artifact],
 
 
 def head_commit(root: Path) -> str | None:
-    out = git(["rev-parse", "HEAD"], root)
-    return out.stdout.strip() if out.returncode == 0 else None
+    return head_sha(root, dirty_mark=False)
 
 
 def start_verifier(root: Path, command: str, run_timeout: float, total_timeout: float,
@@ -250,9 +289,10 @@ def discover_repository(path: str | Path, *, lm, backbone: str = "local", includ
                         templates: str | Path | None = None, rounds: int | None = None, per_round: int | None = None,
                         max_context_tokens: int | None = None, verify: str | None = None,
                         verify_timeout: float = DEFAULT_RUN_TIMEOUT, verify_total: float = DEFAULT_TOTAL_TIMEOUT,
-                        progress: Progress = print) -> DiscoverResult:
+                        scan: int | None = None, progress: Progress = print) -> DiscoverResult:
     """`verify`: a test command run on a copy of the tree, unpatched and then with each patch that applies
-    (tide_dspy.discover.verify). It executes the project's code, so it runs only when given."""
+    (tide_dspy.product.verify). It executes the project's code, so it runs only when given. `scan`: rate every
+    function on its own first and let each round read this many of the most suspect in full (see tide_dspy.scan)."""
     started = time.perf_counter()
     root = Path(path).resolve()
     if not root.is_dir():
@@ -273,22 +313,22 @@ def discover_repository(path: str | Path, *, lm, backbone: str = "local", includ
     with contextlib.ExitStack() as stack:
         verifier = (stack.enter_context(start_verifier(root, verify, verify_timeout, verify_total, progress))
                     if verify is not None else None)
-        instance = Instance(instance_id=f"discover-{root.name}", setting="repository", repo=root.name,
+        instance = Instance(instance_id=f"discover-{root.name}", setting=REPOSITORY.name, repo=root.name,
                             anchor_commit=head_commit(root) if git_toplevel(root) else None,
                             artifacts=artifacts, meta={"root": str(root), "files": len(files)})
-        tide, source = choose_program("repository", backbone, program, templates, rounds, per_round)
-        progress(f"{root}: {len(artifacts)} candidate functions in {len(files)} files; using {source}")
-        parts = plan_windows("repository", instance, tide, lm, max_context_tokens,
-                             lambda a: (a.payload["path"], str(PurePosixPath(a.payload["path"]).parent)), progress)
-        findings, records = discover_in_windows(tide, instance, parts, lm, progress)
+        run = run_discovery(instance, lm=lm, backbone=backbone, program=program, templates=templates, rounds=rounds,
+                            per_round=per_round, max_context_tokens=max_context_tokens,
+                            unit_of=lambda a: (a.payload["path"], str(PurePosixPath(a.payload["path"]).parent)),
+                            progress=progress, scan=scan,
+                            describe_input=f"{root}: {len(artifacts)} candidate functions in {len(files)} files; ")
         checker = PatchChecker(root)
-        checks = [checker.check(f.patch) for f in findings]
-        for f, check in zip(findings, checks):
+        checks = [checker.check(f.patch) for f in run.findings]
+        for f, check in zip(run.findings, checks):
             if check.status == DOES_NOT_APPLY:
                 f.flags.append("patch_does_not_apply")
-        result = DiscoverResult(setting="repository", target=str(root), instance=instance, findings=findings,
-                                program_source=source, templates=list(tide.templates), patch_checks=checks,
-                                rounds=records, windows=len(parts), skipped=skipped, backbone=describe(lm))
+        result = DiscoverResult(setting=REPOSITORY.name, target=str(root), instance=instance, findings=run.findings,
+                                program_source=run.source, templates=list(run.program.templates), patch_checks=checks,
+                                rounds=run.rounds, windows=run.windows, skipped=skipped, backbone=describe(lm))
         if verifier is not None:
             verify_findings(result, verifier, progress)
     return finish(result, started, progress)
@@ -299,7 +339,8 @@ def discover_repository(path: str | Path, *, lm, backbone: str = "local", includ
 def discover_workspace(folder: str | Path, *, lm, backbone: str = "local", profile: str | Path | None = None,
                        actions: str | Path | None = None, program: str | Path | None = None,
                        templates: str | Path | None = None, rounds: int | None = None, per_round: int | None = None,
-                       max_context_tokens: int | None = None, progress: Progress = print) -> DiscoverResult:
+                       max_context_tokens: int | None = None, scan: int | None = None,
+                       progress: Progress = print) -> DiscoverResult:
     started = time.perf_counter()
     root = Path(folder).resolve()
     ingested = ingest_workspace(root)
@@ -327,17 +368,16 @@ def discover_workspace(folder: str | Path, *, lm, backbone: str = "local", profi
         person.setdefault("today", date.today().isoformat())
     for note in notes:
         progress(note)
-    instance = Instance(instance_id=f"discover-{root.name}", setting="workspace", profile=person,
+    instance = Instance(instance_id=f"discover-{root.name}", setting=WORKSPACE.name, profile=person,
                         actions=action_list, artifacts=ingested.artifacts, meta={"root": str(root)})
-    tide, source = choose_program("workspace", backbone, program, templates, rounds, per_round)
-    progress(f"using {source}")
-    parts = plan_windows("workspace", instance, tide, lm, max_context_tokens,
-                         lambda a: (f"{a.id} ({ingested.sources[a.id]})",
-                                            str(PurePosixPath(ingested.sources[a.id]).parent)), progress)
-    findings, records = discover_in_windows(tide, instance, parts, lm, progress)
-    result = DiscoverResult(setting="workspace", target=str(root), instance=instance, findings=findings,
-                            program_source=source, templates=list(tide.templates), rounds=records,
-                            windows=len(parts), sources=ingested.sources, notes=notes,
+    run = run_discovery(instance, lm=lm, backbone=backbone, program=program, templates=templates, rounds=rounds,
+                        per_round=per_round, max_context_tokens=max_context_tokens,
+                        unit_of=lambda a: (f"{a.id} ({ingested.sources[a.id]})",
+                                           str(PurePosixPath(ingested.sources[a.id]).parent)),
+                        progress=progress, scan=scan)
+    result = DiscoverResult(setting=WORKSPACE.name, target=str(root), instance=instance, findings=run.findings,
+                            program_source=run.source, templates=list(run.program.templates), rounds=run.rounds,
+                            windows=run.windows, sources=ingested.sources, notes=notes,
                             skipped=[{"path": s.path, "reason": s.reason} for s in ingested.skipped],
                             backbone=describe(lm))
     return finish(result, started, progress)

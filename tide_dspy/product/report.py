@@ -10,9 +10,10 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from tide_dspy.discover.patches import CHECK_COMMAND, PatchCheck
-from tide_dspy.discover.result import DiscoverResult
-from tide_dspy.discover.verify import NOT_RUN, VERIFIED, Verification
+from tide_dspy.domains import get_setting
+from tide_dspy.product.patches import CHECK_COMMAND, PatchCheck
+from tide_dspy.product.result import DiscoverResult
+from tide_dspy.product.verify import NOT_RUN, VERIFIED, Verification
 from tide_dspy.schemas import Finding
 
 CSS = ("body{font-family:system-ui,sans-serif;max-width:60rem;margin:2rem auto;padding:0 1rem;line-height:1.45}"
@@ -50,8 +51,7 @@ def evidence_label(result: DiscoverResult, artifact_id: str) -> str:
 
 def template_label(result: DiscoverResult, f: Finding) -> str:
     if not f.used_template_id:
-        novel = " (template-novel)" if result.setting == "repository" else ""
-        return f"none cited{novel}" + (f"; {f.why}" if f.why else "")
+        return f"none cited{get_setting(result.setting).uncited_template_note}" + (f"; {f.why}" if f.why else "")
     name = result.template_name(f.used_template_id)
     head = f"{f.used_template_id} ({name})" if name else f"{f.used_template_id} (not in the library)"
     return f"{head}: {f.why}" if f.why else head

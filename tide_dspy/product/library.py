@@ -6,15 +6,15 @@ carries in the shared workspace data (the paper does not list the types; these a
 
 from __future__ import annotations
 
-import hashlib
 from datetime import date
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
-from tide_dspy.data.records import read_yaml_file
+from tide_dspy.util.jsonio import read_yaml_file
 from tide_dspy.schemas import Action
+from tide_dspy.util.hashing import short_sha256
 
 # type -> (description, required parameters)
 PROBE_ACTION_TYPES: dict[str, tuple[str, list[str]]] = {
@@ -66,8 +66,7 @@ def load_actions(path: str | Path) -> list[Action]:
             raise ValueError(f"{path}: actions[{i}] is not a mapping; write 'type:' and 'description:' keys")
         entry = dict(entry)
         if "id" not in entry and {"type", "description"} <= entry.keys():
-            digest = hashlib.sha256(f"{entry['type']}\0{entry['description']}".encode()).hexdigest()
-            entry["id"] = f"act_{digest[:8]}"
+            entry["id"] = f"act_{short_sha256(entry['type'], entry['description'], length=8)}"
         try:
             actions.append(Action.model_validate(entry))
         except ValidationError as exc:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import random
-import re
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -126,17 +125,14 @@ def bounded_list(item: type, max_items: int) -> type:
     return BoundedList
 
 
-_DIFF_HEADER = re.compile(r"^diff --git a/(\S+) b/(\S+)", re.M)
-_HUNK = re.compile(r"^@@ -\d+(,\d+)? \+\d+(,\d+)? @@", re.M)
+from tide_dspy.util.diffs import patch_paths  # noqa: E402 (the one diff parser)
 
 
-def patch_paths(patch: str) -> list[str]:
-    """Paths a unified diff touches, or [] when it does not parse as one."""
-    if not _HUNK.search(patch or ""):
-        return []
-    paths = [m.group(2) for m in _DIFF_HEADER.finditer(patch)]
-    paths += [p for p in re.findall(r"^\+\+\+ b/(\S+)", patch, re.M) if p not in paths]
-    return paths
+def render_action(action: ChosenAction | None) -> str:
+    if action is None:
+        return "(no action)"
+    kind = f" [{action.type}]" if action.type else ""
+    return f"{action.action_id}{kind} parameters: {json.dumps(action.parameters, ensure_ascii=False, sort_keys=True)}"
 
 
 class Setting:
@@ -153,6 +149,27 @@ class Setting:
     rounds: ClassVar[int]
     per_round: ClassVar[int]
     tuning_ranges: ClassVar[dict[str, tuple[int, int]]]
+    # What resolves a problem: the field of a Finding / GoldProblem that holds it ("action" or "patch").
+    resolution_kind: ClassVar[str]
+    # Template ids: the prefix and the least number of digits (ws-t01, repo-t001).
+    template_id_prefix: ClassVar[tuple[str, int]]
+    # Whether a finding's resolution is a patch that can be applied to the user's tree (and so checked).
+    checks_patches: ClassVar[bool] = False
+    # What a report says after "none cited" when a finding cites no template.
+    uncited_template_note: ClassVar[str] = ""
+
+    def resolution_of(self, item: Finding | GoldProblem) -> ChosenAction | str | None:
+        """The item's action or patch, or None when it has none."""
+        return getattr(item, self.resolution_kind) or None
+
+    def render_resolution(self, item: Finding | GoldProblem) -> str:
+        """The item's resolution as the judge reads it."""
+        raise NotImplementedError
+
+    def template_id(self, number: int, total: int = 0) -> str:
+        """ws-t01 / repo-t001; the width grows when a library outgrows it."""
+        prefix, width = self.template_id_prefix
+        return f"{prefix}{number:0{max(width, len(str(total)))}d}"
 
     def static_text(self, instance: Instance) -> str:
         """What every round repeats besides the context and the templates (for sizing context windows)."""
@@ -292,6 +309,11 @@ class WorkspaceSetting(Setting):
     typical_evidence = 3
     rounds, per_round = 10, 1
     tuning_ranges = {"max_rounds": (1, 10), "per_round": (1, 3)}
+    resolution_kind = "action"
+    template_id_prefix = ("ws-t", 2)
+
+    def render_resolution(self, item):
+        return render_action(item.action)
 
     def static_text(self, instance: Instance) -> str:
         return self.render_profile(instance) + self.render_actions(instance)
@@ -398,6 +420,13 @@ class RepositorySetting(Setting):
     typical_evidence = 2
     rounds, per_round = 3, 3
     tuning_ranges = {"max_rounds": (1, 5), "per_round": (1, 5)}
+    resolution_kind = "patch"
+    template_id_prefix = ("repo-t", 3)
+    checks_patches = True
+    uncited_template_note = " (template-novel)"
+
+    def render_resolution(self, item):
+        return item.patch
 
     @staticmethod
     def render_artifact(a, handle: str | None = None) -> str:
@@ -434,10 +463,20 @@ class RepositorySetting(Setting):
                     resolution=problem.patch or "")
 
 
-SETTINGS: dict[str, Setting] = {"workspace": WorkspaceSetting(), "repository": RepositorySetting()}
+WORKSPACE = WorkspaceSetting()
+REPOSITORY = RepositorySetting()
+SETTINGS: dict[str, Setting] = {s.name: s for s in (WORKSPACE, REPOSITORY)}
 
 
-def get_setting(name: str) -> Setting:
+def setting_of_gold(gold: list[GoldProblem]) -> Setting:
+    """The setting of an instance known only by its gold problems: a patch means code."""
+    return REPOSITORY if any(g.patch for g in gold) else WORKSPACE
+
+
+def get_setting(name: str | Setting) -> Setting:
+    """The Setting of a name ("workspace", "repository"); a Setting is returned as is."""
+    if isinstance(name, Setting):
+        return name
     try:
         return SETTINGS[name]
     except KeyError:

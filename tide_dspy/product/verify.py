@@ -26,9 +26,9 @@ import xml.etree.ElementTree as ET
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from tide_dspy.backbones.registry import scrub_secrets
+from tide_dspy.util.secrets import scrub_secrets
 from tide_dspy.data.git_tools import Snapshot
-from tide_dspy.discover.patches import git, git_toplevel
+from tide_dspy.util.git import git_toplevel, run_git
 
 VERIFIED = "verified"
 NO_CHANGE = "no change"
@@ -243,7 +243,7 @@ def tree_files(root: Path) -> list[str]:
     """Relative paths to copy: in a git work tree, the files git lists under root (tracked, and untracked but not
     ignored), else every file and link below root except .git folders."""
     if git_toplevel(root) is not None:
-        out = git(["ls-files", "-z", "--cached", "--others", "--exclude-standard", "--", "."], root)
+        out = run_git(["ls-files", "-z", "--cached", "--others", "--exclude-standard", "--", "."], root)
         if out.returncode != 0:
             raise VerifyError(f"{root}: git ls-files failed: {out.stderr.strip()}")
         return sorted(set(p for p in out.stdout.split("\0") if p))

@@ -9,12 +9,12 @@ has to match the tree.
 
 from __future__ import annotations
 
-import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from tide_dspy.settings import patch_paths
+from tide_dspy.util.diffs import patch_paths
+from tide_dspy.util.git import git_toplevel, run_git
 
 APPLIES = "applies"
 DOES_NOT_APPLY = "does not apply"
@@ -30,16 +30,6 @@ class PatchCheck:
     @property
     def applies(self) -> bool:
         return self.status == APPLIES
-
-
-def git(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=False)
-
-
-def git_toplevel(folder: Path) -> Path | None:
-    """The top level of the git work tree that contains folder, or None outside any repository."""
-    out = git(["rev-parse", "--show-toplevel"], folder)
-    return Path(out.stdout.strip()) if out.returncode == 0 and out.stdout.strip() else None
 
 
 class PatchChecker:
@@ -62,7 +52,7 @@ class PatchChecker:
             f.write(text)
             patch_file = Path(f.name)
         try:
-            out = git([*self.args, str(patch_file)], self.cwd)
+            out = run_git([*self.args, "--", str(patch_file)], self.cwd)
         finally:
             patch_file.unlink(missing_ok=True)
         if out.returncode == 0:

@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from tide_dspy.discover.patches import PatchCheck
-from tide_dspy.discover.verify import NOT_RUN, STATUS_RANK, VERIFIED, Verification
+from tide_dspy.domains import get_setting
+from tide_dspy.product.patches import PatchCheck
+from tide_dspy.product.verify import NOT_RUN, STATUS_RANK, VERIFIED, Verification
 from tide_dspy.schemas import Artifact, Finding, Instance, RoundRecord, Template
 
 
@@ -88,7 +89,7 @@ class DiscoverResult:
     def summary_line(self) -> str:
         s = self.summary()
         tokens = "n/a" if s["input_tokens"] is None else f"{s['input_tokens']} in / {s['output_tokens'] or 0} out"
-        patches = f", {s['patches_apply']}/{s['patches_checked']} patches apply" if self.setting == "repository" else ""
+        patches = f", {s['patches_apply']}/{s['patches_checked']} patches apply" if get_setting(self.setting).checks_patches else ""
         if self.verify:
             patches += f", {s['patches_verified_fix']}/{s['patches_run']} tested patches fix a test"
         failed = f" ({s['failed_rounds']} FAILED)" if s["failed_rounds"] else ""

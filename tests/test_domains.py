@@ -1,0 +1,50 @@
+"""Domain facts that live on the Setting (tide_dspy.domains), one behaviour per test."""
+
+from __future__ import annotations
+
+from tide_dspy.data.records import detect_setting
+from tide_dspy.domains import REPOSITORY, WORKSPACE, get_setting, setting_of_gold
+from tide_dspy.product.report import template_label
+from tide_dspy.product.result import DiscoverResult
+from tide_dspy.schemas import Artifact, ChosenAction, Finding, GoldProblem, Instance
+
+
+def _result(setting) -> DiscoverResult:
+    kind = "email" if setting is WORKSPACE else "function"
+    instance = Instance(instance_id="i", setting=setting.name, artifacts=[Artifact(id="a", kind=kind)])
+    return DiscoverResult(setting=setting.name, target="t", instance=instance,
+                          findings=[Finding(description="d", evidence=["a"])], program_source="p")
+
+
+def test_get_setting_returns_a_setting_given_as_is():
+    assert get_setting(REPOSITORY) is REPOSITORY and get_setting("workspace") is WORKSPACE
+
+
+def test_gold_with_a_patch_is_read_as_the_repository_setting():
+    patched = GoldProblem(problem_id="p", description="d", evidence=["a"], patch="diff")
+    plain = GoldProblem(problem_id="q", description="d", evidence=["a"])
+    assert setting_of_gold([plain, patched]) is REPOSITORY
+    assert setting_of_gold([plain]) is WORKSPACE
+
+
+def test_resolution_of_reads_the_settings_own_field():
+    action = ChosenAction(action_id="act", type="email")
+    finding = Finding(description="d", evidence=["a"], action=action, patch="")
+    assert WORKSPACE.resolution_of(finding) is action
+    assert REPOSITORY.resolution_of(finding) is None  # an empty patch is no patch
+
+
+def test_records_name_their_setting_by_their_fields():
+    assert detect_setting({"candidates": []}) == REPOSITORY.name
+    assert detect_setting({"artifacts": []}) == WORKSPACE.name
+
+
+def test_only_repository_findings_without_a_template_are_called_template_novel():
+    finding = Finding(description="d", evidence=["a"])
+    assert template_label(_result(REPOSITORY), finding) == "none cited (template-novel)"
+    assert template_label(_result(WORKSPACE), finding) == "none cited"
+
+
+def test_only_the_repository_summary_counts_applying_patches():
+    assert "patches apply" in _result(REPOSITORY).summary_line()
+    assert "patches apply" not in _result(WORKSPACE).summary_line()

@@ -1,0 +1,40 @@
+"""Unified diffs: which paths a patch touches, and the hunks of a diff. The one parser of `diff --git` text."""
+
+from __future__ import annotations
+
+import re
+
+DIFF_HEADER = re.compile(r"^diff --git a/(\S+) b/(\S+)", re.M)
+HUNK_HEADER = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@", re.M)
+
+
+def looks_like_diff(text: str) -> bool:
+    """Whether `text` starts like a unified diff (a `diff --git`, `--- ` or `@@` line)."""
+    return text.lstrip().startswith(("diff --git", "--- ", "@@"))
+
+
+def patch_paths(patch: str) -> list[str]:
+    """New-side paths a unified diff touches, or [] when it does not parse as one (no @@ hunk)."""
+    if not HUNK_HEADER.search(patch or ""):
+        return []
+    paths = [m.group(2) for m in DIFF_HEADER.finditer(patch)]
+    paths += [p for p in re.findall(r"^\+\+\+ b/(\S+)", patch, re.M) if p not in paths]
+    return paths
+
+
+def touched_paths(patch: str) -> list[str]:
+    """Old and new paths of every file a unified diff touches."""
+    old = re.findall(r"^--- a/(\S+)", patch, re.M)
+    return list(dict.fromkeys(old + patch_paths(patch)))
+
+
+def hunks(diff: str) -> list[tuple[int, int, list[str]]]:
+    """Hunks of a diff as (first old line, old line count, inserted lines); a count of 0 is a pure insertion after
+    old line `first`. Lines before the first hunk (the file header) are ignored."""
+    found: list[tuple[int, int, list[str]]] = []
+    for line in diff.splitlines():
+        if m := HUNK_HEADER.match(line):
+            found.append((int(m.group(1)), int(m.group(2) or 1), []))
+        elif found and line.startswith("+"):
+            found[-1][2].append(line[1:])
+    return found

@@ -1,0 +1,415 @@
+"""The offline steps behind `tide distill | compile | tune | evaluate`, each one library call returning a typed result.
+
+Every step loads its instances from a `Selection`, runs inside one `tracking.tracked_run` (timing, LM usage,
+MLflow, provenance.json) and writes under programs/<setting>/<backbone>/ (or runs/... for evaluations). The CLI
+(tide_dspy/cli/optimize_cmd.py) maps options to these calls and prints what they return.
+
+`lm` may be an LM or a function that makes one: it is called only once the inputs check out, so a bad option or a
+missing file fails before a model loads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import dspy
+from pydantic import BaseModel, ConfigDict
+
+from tide_dspy import metrics
+from tide_dspy.discovery import ChanceBaseline
+from tide_dspy.domains import get_setting
+from tide_dspy.evaluation import EvaluationResult, data_path, evaluate, read_rows, select_instances
+from tide_dspy.programs import build_program, load_program, method_of, program_dir, save_program
+from tide_dspy.schemas import Instance
+from tide_dspy.tracking import dataset_hash, model_name, register_program, tracked_run
+from tide_dspy.util.jsonio import write_json
+from tide_dspy.util.secrets import scrub_secrets
+
+LMSource = dspy.BaseLM | Callable[[], dspy.BaseLM]
+
+
+class Selection(BaseModel):
+    """Which instances a step runs on: a setting's split, optionally narrowed by ids, context size and count."""
+
+    setting: str | None  # None only until a saved program names it (evaluate --program)
+    split: str
+    data: str | None = None  # the setting's JSONL file or folder (default: $TIDE_DATA/<setting>)
+    ids: list[str] | None = None
+    max_context_tokens: int | None = None
+    limit: int | None = None
+
+    def load(self) -> list[Instance]:
+        from tide_dspy.data import load_instances
+
+        path = data_path(self.setting, self.data)
+        instances = load_instances(path, setting=self.setting, split=self.split)
+        if self.ids:
+            known = {i.instance_id for i in instances}
+            missing = [i for i in self.ids if i not in known]
+            if missing:
+                raise ValueError(f"--ids: {missing} not in the {self.split} split of {path}")
+            instances = [i for i in instances if i.instance_id in self.ids]
+        instances = select_instances(instances, max_context_tokens=self.max_context_tokens, limit=self.limit)
+        if not instances:
+            raise ValueError(f"{path}: no {self.setting} instances in split {self.split!r} after the filters")
+        return instances
+
+
+class Tracking(BaseModel):
+    """Where a step is tracked: MLflow (unless disabled) and the command line that provenance.json records."""
+
+    enabled: bool = True
+    uri: str | None = None
+    command_line: str | None = None
+
+
+class ProgramShape(BaseModel):
+    """Overrides of a program's shape (None keeps the setting's or the saved program's value)."""
+
+    rounds: int | None = None
+    per_round: int | None = None
+    max_evidence: int | None = None
+    shuffle_context: int | None = None  # seed of a shuffled artifact order
+    scan: int | None = None  # focus size of a scan (tide_dspy.scan); None: no scan, or the saved program's
+
+
+def _lm(lm: LMSource) -> dspy.BaseLM:
+    return lm if isinstance(lm, dspy.BaseLM) or not callable(lm) else lm()
+
+
+def _track(command: str, selection: Selection, backbone: str, tracking: Tracking, params: dict, lms: dict):
+    return tracked_run(command, setting=selection.setting, backbone=backbone, params=params, uri=tracking.uri,
+                       enabled=tracking.enabled, command_line=tracking.command_line, lms=lms)
+
+
+def _base_params(selection: Selection, instances: list[Instance], lm, judge: str) -> dict:
+    from tide_dspy.backbones import describe_lm
+
+    return {"split": selection.split, "n_instances": len(instances), "dataset_hash": dataset_hash(instances),
+            "judge": judge, "lm": describe_lm(lm)}
+
+
+def templates_path(setting: str, backbone: str, templates: str | Path | None, programs: str | Path) -> Path:
+    """--templates, else programs/<setting>/<backbone>/templates.json."""
+    return Path(templates) if templates else program_dir(setting, backbone, root=programs) / "templates.json"
+
+
+def build_method(setting: str, method: str, shape: ProgramShape, *, templates: Path | None = None, demos: int | None = 3,
+                 data: str | None = None, train_instances: list[Instance] | None = None):
+    """A fresh program of `method`; tide reads `templates`; iter-demos takes `demos` solved examples from
+    `train_instances` (default: the train split)."""
+    from tide_dspy.data import load_instances
+    from tide_dspy.templates import solved_demos
+
+    demo_texts = None
+    if method == "iter-demos":
+        if train_instances is None:
+            train_instances = load_instances(data_path(setting, data), setting=setting, split="train")
+        demo_texts = solved_demos(train_instances, setting, demos)
+    built = build_program(method, setting, templates=templates if method == "tide" else None, demos=demo_texts,
+                          max_rounds=shape.rounds, per_round=shape.per_round, max_evidence=shape.max_evidence,
+                          context_order_seed=shape.shuffle_context)
+    if shape.scan is not None:
+        if isinstance(built, ChanceBaseline):
+            raise ValueError(f"--scan applies to the LM methods; {method} is a chance floor and reads no artifact")
+        built.use_scan(shape.scan)
+    return built
+
+
+# ---- distill ----
+
+class DistillResult(BaseModel):
+    cases: int
+    passed: int
+    failed: int
+    merges: int
+    capped: int
+    templates: int
+    mean_score: float | None
+    draft_mean_score: float | None
+    seconds: float
+    path: Path  # where the library is (or would have been) written
+    written: bool  # False when no template passed the abstraction check
+
+
+def cap_cases(instances: list[Instance], max_cases: int) -> list[Instance]:
+    """Keep whole instances, and trim the last one's problems, so that at most max_cases solved cases remain."""
+    from tide_dspy.templates import solved_cases
+
+    kept, left = [], max_cases
+    for inst in instances:
+        if left <= 0:
+            break
+        solved = [p for _, p in solved_cases([inst])][:left]
+        kept.append(inst.model_copy(update={"problems": solved}))
+        left -= len(solved)
+    return kept
+
+
+def distill(selection: Selection, *, lm: LMSource, backbone: str, judge: str = "proxy", programs: str = "programs",
+            max_cases: int | None = None, attempts: int = 3, merge_threshold: float = 80.0, max_templates: int = 32,
+            tracking: Tracking = Tracking()) -> DistillResult:
+    """Distill a template library from the solved problems of `selection` into programs/<setting>/<backbone>/."""
+    from tide_dspy.templates import distill_library, solved_cases
+
+    setting = selection.setting
+    instances = selection.load()
+    if max_cases is not None:
+        instances = cap_cases(instances, max_cases)
+    lm = _lm(lm)
+    out = program_dir(setting, backbone, root=programs) / "templates.json"
+    params = {**_base_params(selection, instances, lm, judge), "merge_threshold": merge_threshold,
+              "attempts": attempts, "max_templates": max_templates, "cases": len(solved_cases(instances))}
+    with _track("distill", selection, backbone, tracking, params, {}) as run:
+        library = distill_library(instances, setting, lm=lm, attempts=attempts, merge_threshold=merge_threshold,
+                                  max_templates=max_templates)
+        seconds = run.seconds()
+        library.meta.update(backbone=backbone, dataset_hash=dataset_hash(instances), seconds=seconds)
+        meta, scores = library.meta, library.meta["abstraction"]
+        counts = {"cases": meta["cases"], "passed": meta["passed"], "failed": meta["failed"],
+                  "merges": meta["merges"], "capped": len(meta["capped"]), "templates": len(library)}
+        if len(library):
+            library.save(out)
+            run.provenance(out.parent, out.name, seconds=seconds, **counts,
+                           mean_abstraction_score=scores["mean_score"],
+                           draft_mean_abstraction_score=scores["draft_mean_score"])
+        run.log_metrics({**counts, "seconds": seconds, "draft_mean_abstraction_score": scores["draft_mean_score"],
+                         "mean_abstraction_score": scores["mean_score"]})
+        run.log_usage({"backbone": meta["lm_usage"]})
+        run.log_dict({"failures": meta["failures"]}, "distill_failures.json")
+        run.log_artifact(out)
+    return DistillResult(**counts, mean_score=scores["mean_score"], draft_mean_score=scores["draft_mean_score"],
+                         seconds=seconds, path=out, written=bool(len(library)))
+
+
+# ---- compile ----
+
+class CompileResult(BaseModel):
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    optimizer: str
+    metric: str
+    n_val: int
+    before: EvaluationResult
+    after: EvaluationResult
+    metric_before: float
+    metric_after: float
+    seconds: dict[str, float]  # before, compile, after
+    path: Path
+    registered: str | None = None  # models:/<name>/<version>
+
+
+def compile_and_save(selection: Selection, *, lm: LMSource, backbone: str, method: str = "tide",
+                     shape: ProgramShape = ProgramShape(), templates: str | None = None, programs: str = "programs",
+                     optimizer: str = "copro", metric: str = "retrieval-f1", judge: str = "proxy",
+                     demos: int | None = None, options: list[str] | None = None, val_fraction: float = 0.25,
+                     seed: int = 0, workers: int = 1, register: bool = True, autolog: bool = False,
+                     tracking: Tracking = Tracking()) -> CompileResult:
+    """Optimize `method`'s program on the train part of `selection`, scored on its held-out validation part before
+    and after; save it as programs/<setting>/<backbone>/<method>.json (tide.json for tide) and register it."""
+    from tide_dspy.optimize import aggregate_value, compile_program, parse_options, split_train
+
+    setting = selection.setting
+    instances = selection.load()
+    train, val = split_train(instances, val_fraction, seed)
+    library = templates_path(setting, backbone, templates, programs)
+    program = build_method(setting, method, shape, templates=library if method == "tide" else None,
+                           demos=demos, data=selection.data, train_instances=train)
+    lm, judge_model = _lm(lm), metrics.make_judge(judge)
+    folder = program_dir(setting, backbone, root=programs)
+    out = folder / ("tide.json" if method == "tide" else f"{method}.json")
+    overrides = parse_options(options)
+    params = {**_base_params(selection, instances, lm, judge), "method": method, "optimizer": optimizer,
+              "metric": metric, "T": program.max_rounds, "k": program.per_round,
+              "pool_size": len(program.templates), "demos": demos, "options": overrides,
+              "train_ids": [i.instance_id for i in train], "val_ids": [i.instance_id for i in val]}
+    lms = {"backbone": lm, "judge": getattr(judge_model, "lm", None)}
+    with _track("compile", selection, backbone, tracking, params, lms) as run:
+        scored = {"judge": judge_model, "lm": lm, "resume": False, "workers": workers}
+        before = evaluate(program, val, out_path=folder / "compile" / "val_before.jsonl", **scored)
+        t1 = run.seconds()
+        compiled = compile_program(program, train, val, optimizer, metric, judge=judge_model, demos=demos,
+                                   options=overrides, lm=lm, threads=workers, autolog=run.enabled and autolog)
+        t2 = run.seconds()
+        after = evaluate(compiled, val, out_path=folder / "compile" / "val_after.jsonl", **scored)
+        seconds = {"before": t1, "compile": round(t2 - t1, 1), "after": round(run.seconds() - t2, 1)}
+        metric_before, metric_after = aggregate_value(before, metric), aggregate_value(after, metric)
+        extra = {"backbone": backbone, "templates_path": str(library), "optimizer": optimizer, "metric": metric,
+                 "judge": judge, "validation": {"ids": params["val_ids"], "before": metric_before,
+                                                "after": metric_after},
+                 "train_ids": params["train_ids"]}
+        save_program(compiled, out, extra=extra)
+        run.provenance(folder, out.name, seconds=seconds, metric=metric, val_before=metric_before,
+                       val_after=metric_after, val_ids=params["val_ids"], train_ids=params["train_ids"])
+        run.log_scores(before, "before_")
+        run.log_scores(after, "after_")
+        run.log_metrics({"metric_before": metric_before, "metric_after": metric_after,
+                         **{f"seconds_{k}": v for k, v in seconds.items()}})
+        run.log_usage()
+        for path in (out, library, folder / "compile" / "val_before.jsonl", folder / "compile" / "val_after.jsonl"):
+            run.log_artifact(path, "program" if path == out else None)
+        registered = None
+        if run.enabled and register:
+            version = register_program(out, setting, backbone,
+                                       {"metric": metric, "optimizer": optimizer, "run": run.info.run_id})
+            registered = f"models:/{version.name}/{version.version}"
+    return CompileResult(optimizer=optimizer, metric=metric, n_val=len(val), before=before, after=after,
+                         metric_before=metric_before, metric_after=metric_after, seconds=seconds, path=out,
+                         registered=registered)
+
+
+# ---- tune ----
+
+class TuneResult(BaseModel):
+    study: str
+    storage: str  # credentials scrubbed
+    metric: str
+    best_trial: int
+    best_value: float
+    best_params: dict[str, Any]
+    trials: int
+    path: Path  # tune.json
+
+
+def tune_and_save(selection: Selection, *, lm: LMSource, backbone: str, trials: int, templates: str | None = None,
+                  program: str | None = None, programs: str = "programs", metric: str = "retrieval-f1",
+                  judge: str = "proxy", val_fraction: float = 0.25, seed: int = 0, workers: int = 1,
+                  storage: str = "sqlite:///optuna.db", study: str | None = None,
+                  on_trial: Callable[[Any, float], None] | None = None,
+                  tracking: Tracking = Tracking()) -> TuneResult:
+    """Optuna trials over T, k, pool size and temperature on the validation part of `selection`; the summary goes
+    to programs/<setting>/<backbone>/tune.json. `on_trial(trial, value)` is called after each trial."""
+    from tide_dspy.optimize import split_train, tune
+    from tide_dspy.templates import TemplateLibrary
+
+    setting = selection.setting
+    instances = selection.load()
+    _, val = split_train(instances, val_fraction, seed)
+    library = TemplateLibrary.load(templates_path(setting, backbone, templates, programs))
+    folder = program_dir(setting, backbone, root=programs)
+    compiled = Path(program) if program else folder / "tide.json"
+    base = load_program(compiled) if program or compiled.exists() else None
+    lm, judge_model = _lm(lm), metrics.make_judge(judge)
+    study_name = study or model_name(setting, backbone)
+    clean_storage = scrub_secrets(storage)  # a postgresql://user:password@host URL must not reach a log or file
+    params = {**_base_params(selection, instances, lm, judge), "metric": metric, "storage": clean_storage,
+              "study": study_name, "pool_max": len(library), "base_program": str(compiled) if base else None,
+              "val_ids": [i.instance_id for i in val]}
+    with _track("tune", selection, backbone, tracking, params, {}) as run:
+        def after_trial(trial, value, result):
+            if on_trial:
+                on_trial(trial, value)
+            if run.enabled:
+                import mlflow
+
+                mlflow.log_metric("trial_value", value, step=trial.number)
+
+        found = tune(setting, library, val, lm=lm, n_trials=trials, storage=storage, study_name=study_name,
+                     metric=metric, judge=judge_model, on_trial=after_trial, base=base, workers=workers)
+        best = found.best_trial
+        seconds = run.seconds()
+        summary = {"study": study_name, "storage": clean_storage, "base_program": params["base_program"],
+                   "metric": metric, "best_value": best.value, "best_params": best.params,
+                   "best_trial": best.number, "trials": len(found.trials)}
+        folder.mkdir(parents=True, exist_ok=True)
+        write_json(folder / "tune.json", summary, ensure_ascii=True)
+        run.provenance(folder, "tune.json", seconds=seconds)
+        run.log_metrics({"best_value": best.value, "seconds": seconds})
+        run.log_params({f"best_{k}": v for k, v in best.params.items()})
+        run.log_artifact(folder / "tune.json")
+    return TuneResult(study=study_name, storage=clean_storage, metric=metric, best_trial=best.number,
+                      best_value=best.value, best_params=best.params, trials=len(found.trials),
+                      path=folder / "tune.json")
+
+
+# ---- evaluate ----
+
+class Verification(BaseModel):
+    """--verify-repo: run each gold problem's tests with the matched finding's patch in a clone (repository only)."""
+
+    repo: str | None = None
+    command: str | None = None
+    timeout: float | None = None
+
+    def judge(self, setting: str):
+        """The ExecutionJudge, or None without a repo."""
+        if self.repo is None:
+            if self.command or self.timeout:
+                raise ValueError("--verify-command and --verify-timeout need --verify-repo DIR")
+            return None
+        if not get_setting(setting).checks_patches:
+            raise ValueError(f"--verify-repo runs repository tests; it does not apply to the {setting} setting")
+        from tide_dspy.metrics.execution import DEFAULT_TEST_COMMAND, ExecutionJudge
+
+        options = {"timeout": self.timeout} if self.timeout else {}
+        return ExecutionJudge(self.repo, self.command or DEFAULT_TEST_COMMAND, **options)
+
+
+class EvaluationRun(BaseModel):
+    """An evaluation of a program on a split: its result, where the rows are, and how long it took."""
+
+    result: EvaluationResult
+    results_path: Path
+    seconds: float
+    executed: bool  # tests ran (--verify-repo)
+
+
+def evaluate_split(selection: Selection, *, lm: LMSource, backbone: str, program: str | None = None,
+                   method: str | None = None, shape: ProgramShape = ProgramShape(), templates: str | None = None,
+                   programs: str = "programs", demos: int = 3, judge: str = "proxy", workers: int = 1,
+                   out: str | Path | None = None, resume: bool = False, fresh: bool = False,
+                   verification: Verification = Verification(), check_out: Callable[[Path], Any] | None = None,
+                   tracking: Tracking = Tracking()) -> EvaluationRun:
+    """Score a saved `program` (path or models:/ URI) or a fresh `method` on `selection`, one row per instance in
+    `out` (default runs/<setting>/<backbone>/<method>-<split>/results.jsonl). `check_out(folder)` vets the output
+    folder before any LM work."""
+    if program:
+        built = load_program(program)
+        for name, value in (("max_rounds", shape.rounds), ("per_round", shape.per_round),
+                            ("max_evidence", shape.max_evidence)):
+            if value:
+                setattr(built, name, value)
+        if shape.shuffle_context is not None:
+            built.context_order_seed = shape.shuffle_context
+        if shape.scan is not None:
+            built.use_scan(shape.scan)
+        setting, method = built.setting_name, method_of(built)
+        if selection.setting and selection.setting != setting:
+            raise ValueError(f"--setting {selection.setting} but the program {program} is for {setting}")
+        selection = selection.model_copy(update={"setting": setting})
+    else:
+        if not selection.setting:
+            raise ValueError("--method needs --setting")
+        setting = selection.setting
+        built = build_method(setting, method, shape, templates=templates_path(setting, backbone, templates, programs),
+                             demos=demos, data=selection.data)
+    execute = verification.judge(setting)
+    instances = selection.load()
+    out_dir = Path(out) if out else program_dir(setting, backbone, root="runs") / f"{method}-{selection.split}"
+    if check_out is not None:
+        check_out(out_dir)
+    results = out_dir / "results.jsonl"
+    if results.exists() and read_rows(results) and not (resume or fresh):
+        raise ValueError(f"{results} already has results: pass --resume to continue it or --fresh to start over")
+    lm, judge_model = _lm(lm), metrics.make_judge(judge)
+    params = {**_base_params(selection, instances, lm, judge), "method": method, "program": program,
+              "T": built.max_rounds, "k": built.per_round, "pool_size": len(built.templates),
+              "verify_repo": verification.repo}
+    with _track("evaluate", selection, backbone, tracking, params, {}) as run:
+        result = evaluate(built, instances, judge=judge_model, out_path=results, resume=resume, lm=lm,
+                          method=method, execute=execute, workers=workers,
+                          config={"command": tracking.command_line, "program_path": program, "backbone": backbone,
+                                  "split": selection.split})
+        seconds = run.seconds()
+        run.log_scores(result)
+        run.log_metrics({"seconds": seconds})
+        if result.execution:
+            run.log_metrics({"execution_resolution": result.execution["rate"]})
+        run.log_usage(result.lm_usage)
+        for name in ("results.jsonl", "config.json", "summary.json"):
+            run.log_artifact(out_dir / name, "evaluation")
+        if program and Path(program).exists():
+            run.log_artifact(Path(program), "program")
+    return EvaluationRun(result=result, results_path=results, seconds=seconds, executed=execute is not None)
