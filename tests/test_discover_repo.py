@@ -308,3 +308,18 @@ def test_unparseable_python_file_is_reported_and_skipped(repo, tmp_path):
     assert any(line.startswith("skipped pkg/broken.py: line 1") for line in lines)
     assert len(result.instance.artifacts) == 5
     assert "- pkg/broken.py: line 1" in write_report(result, tmp_path / "o")["report.md"].read_text()
+
+
+def test_scan_focus_comes_from_the_flags_else_the_backbone(monkeypatch):
+    import argparse
+    import dataclasses
+
+    from tide_dspy.backbones import registry
+
+    measured = dataclasses.replace(registry.BACKBONES["local-small"], discover_scan=6)
+    monkeypatch.setitem(registry.BACKBONES, "local-small", measured)
+    args = lambda scan: argparse.Namespace(scan=scan, backbone="local-small")  # noqa: E731
+    assert discover_cmd.scan_focus(args(None)) == 6
+    assert discover_cmd.scan_focus(args(3)) == 3
+    assert discover_cmd.scan_focus(args(0)) is None  # --no-scan
+    assert discover_cmd.scan_focus(argparse.Namespace(scan=None, backbone="local")) is None

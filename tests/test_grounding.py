@@ -13,7 +13,7 @@ from tide_dspy.backbones.llamacpp import LlamaCppEngine
 from tide_dspy.data import load_instances
 from tide_dspy.discovery import TIDE, FirstListed, RandomBaseline, SingleAgent
 from tide_dspy.programs import build_program, load_program, save_program
-from tide_dspy.domains import ContextView, get_setting
+from tide_dspy.domains import MAX_PARAMETER_CHARS, ContextView, get_setting
 
 FIXTURES = Path(__file__).parent / "fixtures" / "instances"
 
@@ -79,7 +79,8 @@ def test_workspace_round_schema_offers_each_library_action_with_its_required_par
     for option, action in zip(options, ws.actions):
         params = option["properties"]["parameters"]
         assert params["required"] == action.required_parameters
-        assert all(params["properties"][p] == {"type": "string", "minLength": 1} for p in action.required_parameters)
+        assert all(params["properties"][p] == {"type": "string", "minLength": 1, "maxLength": MAX_PARAMETER_CHARS}
+                   for p in action.required_parameters)
         assert params["additionalProperties"] is False
 
 

@@ -299,6 +299,9 @@ class Setting:
         return f"Solved example ({instance.instance_id}):\n{case['case_context']}\nProblem: {case['problem']}\nResolution: {case['resolution']}"
 
 
+MAX_PARAMETER_CHARS = 400  # an e-mail body or a task description; a recipient list of a few names
+
+
 class WorkspaceSetting(Setting):
     name = "workspace"
     round_signature = sig.WorkspaceRound
@@ -369,11 +372,13 @@ class WorkspaceSetting(Setting):
     @staticmethod
     def action_schema(instance: Instance) -> dict:
         """One alternative per library action: its id, and an object with exactly its required parameters,
-        each a non-empty string. A grammar or a structured-output backend can then only write a library action
-        with every required parameter filled."""
+        each a non-empty string of bounded length. A grammar or a structured-output backend can then only write a
+        library action with every required parameter filled: an unbounded parameter let a small model spend its
+        whole output budget on one (a 3,880-character recipient list) and leave the others unwritten."""
         options = []
         for a in instance.actions:
-            params = {name: {"type": "string", "minLength": 1} for name in a.required_parameters}
+            params = {name: {"type": "string", "minLength": 1, "maxLength": MAX_PARAMETER_CHARS}
+                      for name in a.required_parameters}
             options.append({
                 "type": "object",
                 "properties": {

@@ -32,6 +32,9 @@ class Backbone:
     verified: bool = True  # model string found in LiteLLM's model map shipped with this environment
     defaults: dict = field(default_factory=dict)
     note: str = ""
+    # `tide discover` scans first with this focus size unless told otherwise (--scan N / --no-scan); set only
+    # where the scan was measured to rank gold evidence above both chance floors (experiments/README.md).
+    discover_scan: int | None = None
 
 
 BACKBONES: dict[str, Backbone] = {b.name: b for b in (

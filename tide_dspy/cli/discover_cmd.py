@@ -18,10 +18,13 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--per-round", type=positive_int, default=None, help="new findings per round k (default: the program's)")
     parser.add_argument("--max-context-tokens", type=positive_int, default=None,
                         help="context window to plan for (default: the backbone's n_ctx, else 32768)")
-    parser.add_argument("--scan", type=positive_int, default=None, metavar="N",
-                        help="rate every artifact on its own first, then let each round read the N most suspect "
-                             "unfound ones in full and the rest as one line each (instead of splitting a large "
-                             "context into windows)")
+    scan = parser.add_mutually_exclusive_group()
+    scan.add_argument("--scan", type=positive_int, default=None, metavar="N",
+                      help="rate every artifact on its own first, then let each round read the N most suspect "
+                           "unfound ones in full and the rest as one line each (instead of splitting a large "
+                           "context into windows); default: the backbone's, where measured to help")
+    scan.add_argument("--no-scan", dest="scan", action="store_const", const=0,
+                      help="read the whole context in every round (split into windows when it does not fit)")
     parser.add_argument("--out", default="tide-report", help="report folder (default: ./tide-report)")
     add_lm_options(parser)
 
@@ -76,7 +79,17 @@ def _common(args: argparse.Namespace) -> dict:
     check_output_folder(args.out)
     return dict(lm=lm_from_args(args), backbone=args.backbone, program=args.program, templates=args.templates,
                 rounds=args.rounds, per_round=args.per_round, max_context_tokens=args.max_context_tokens,
-                scan=args.scan, progress=lambda line: print(line, flush=True))
+                scan=scan_focus(args), progress=lambda line: print(line, flush=True))
+
+
+def scan_focus(args: argparse.Namespace) -> int | None:
+    """--scan N, none with --no-scan, else the registered backbone's measured default."""
+    from tide_dspy.backbones import BACKBONES
+
+    if args.scan is not None:
+        return args.scan or None
+    registered = BACKBONES.get(args.backbone)
+    return registered.discover_scan if registered is not None else None
 
 
 def run_repo(args: argparse.Namespace) -> int:
