@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The real runs committed under programs/ and experiments/results/, in the order they were made, on the embedded
 # 0.5B backbone (2 CPU threads). Every step resumes: rerun the script after a crash and finished work is kept.
-#   bash experiments/local_runs.sh [STEP ...]      # steps: distill-ws distill-repo table1-ws table1-repo compile discover tune-evaluate budget-repo
+#   bash experiments/local_runs.sh [STEP ...]      # steps: distill-ws distill-repo table1-ws table1-repo compile discover tune-evaluate budget-repo grounded scan transfer
 set -uo pipefail
 cd "$(dirname "$0")/.."
 B="${TIDE_BACKBONE:-local-small}"
@@ -55,10 +55,30 @@ run() {
         --out experiments/results/evaluate-repository-compiled ;;
     budget-repo)
       step budget-repository python experiments/run.py budget --setting repository --backbone "$B" --judge proxy "${REPO_SUBSET[@]}" ;;
+    grounded)  # issue 12: Table 1 beside both floors, with the library the first grounded runs used
+      step grounded-repository python experiments/run.py table1 --setting repository --backbone "$B" --judge proxy \
+        --templates experiments/results/repository-local-small/templates-used.json --max-context-tokens 12000 --limit 3
+      step grounded-workspace python experiments/run.py table1 --setting workspace --backbone "$B" --judge proxy \
+        --templates experiments/results/workspace-local-small/templates-used.json --rounds 5 --methods single multi tide ;;
+    scan)  # issue 15: ranking quality on train, then scan+TIDE and scan+Single on test
+      step scan-recall python experiments/scan_recall.py --setting repository --backbone "$B" --split train --limit 2
+      step scan-repository python experiments/run.py table1 --setting repository --backbone "$B" --judge proxy \
+        --templates experiments/results/repository-local-small/templates-used.json --max-context-tokens 12000 \
+        --limit 3 --methods tide single --scan --out experiments/results/repository-local-small-scan
+      step scan-workspace python experiments/run.py table1 --setting workspace --backbone "$B" --judge proxy \
+        --templates experiments/results/workspace-local-small/templates-used.json --rounds 5 --methods tide single \
+        --scan --out experiments/results/workspace-local-small-scan ;;
+    transfer)  # issue 14: old library against the checked one; the old rows are Table 1's (copy them to resume)
+      mkdir -p experiments/results/transfer-workspace-local-small/old
+      cp experiments/results/workspace-local-small/raw/tide/config.json experiments/results/transfer-workspace-local-small/old/
+      cp experiments/results/workspace-local-small/raw/tide/run0.jsonl experiments/results/transfer-workspace-local-small/old/results.jsonl
+      step transfer-workspace python experiments/transfer.py --setting workspace --backbone "$B" --judge proxy --rounds 5 \
+        --limit 2 --library old=experiments/results/workspace-local-small/templates-used.json \
+        --library new=programs/workspace/local-small/templates.json ;;
     *) echo "unknown step $1" >&2; return 2 ;;
   esac
 }
 
 steps=("$@")
-[[ ${#steps[@]} -gt 0 ]] || steps=(distill-ws distill-repo table1-ws table1-repo compile discover tune-evaluate budget-repo)
+[[ ${#steps[@]} -gt 0 ]] || steps=(distill-ws distill-repo table1-ws table1-repo compile discover tune-evaluate budget-repo grounded scan transfer)
 for s in "${steps[@]}"; do run "$s"; done
