@@ -6,24 +6,14 @@ openai-compatible`.
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
+from scripts import load_script
 
-EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
 TRIALS = 3
 
-
-def _module(name: str):
-    spec = importlib.util.spec_from_file_location(name, EXPERIMENTS / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-tune_workers = _module("tune_workers")
+tune_workers = load_script("tune_workers")
 MISSING = tune_workers.postgres_missing()
 
 pytestmark = [

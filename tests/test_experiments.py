@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import csv
-import importlib.util
 import json
 from pathlib import Path
 
@@ -12,15 +11,13 @@ from dspy.utils.dummies import DummyLM
 
 from tide_dspy.templates import TemplateLibrary
 from tide_dspy.schemas import Template
+from scripts import load_script
 
-RUN_PY = Path(__file__).resolve().parents[1] / "experiments" / "run.py"
 
 
 @pytest.fixture
 def run_module(monkeypatch, tmp_path, repository_instance):
-    spec = importlib.util.spec_from_file_location("experiments_run", RUN_PY)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_script("run")
     ids = [a.id for a in repository_instance.artifacts]
     gold = repository_instance.problems[0].evidence
     # Every round answers the same two findings: one on a gold function, one on a distractor.

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 from typing import Literal
 
 import dspy
@@ -13,18 +11,11 @@ from pydantic import BaseModel, Field
 
 from tide_dspy.backbones import adapter_for, describe_lm, get_lm
 from tide_dspy.backbones.served import ServedEngine
-
-STUB_PY = Path(__file__).resolve().parents[1] / "experiments" / "stub_server.py"
-
-
-def _stub_module():
-    spec = importlib.util.spec_from_file_location("stub_server", STUB_PY)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from scripts import load_script
 
 
-StubServer = _stub_module().StubServer
+
+StubServer = load_script("stub_server").StubServer
 
 
 class Pick(BaseModel):

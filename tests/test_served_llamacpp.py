@@ -23,6 +23,7 @@ from pydantic import BaseModel, Field
 
 from tide_dspy.backbones import adapter_for, get_lm
 from tide_dspy.backbones.weights import LOCAL_MODELS, WeightsError, assemble
+from scripts import load_script
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "tiny_workspace.jsonl"
 STARTUP_SECONDS = 180
@@ -39,15 +40,7 @@ pytestmark = [
 ]
 
 
-def _services():
-    spec = importlib.util.spec_from_file_location("services", Path(__file__).resolve().parents[1] / "experiments"
-                                                  / "services.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-services = _services()
+services = load_script("services")
 
 
 @pytest.fixture(scope="module")

@@ -2,28 +2,19 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 from routed_lm import FIXTURE_DATA, RoutedLM, fixture_instances
 
 from tide_dspy.schemas import Template
 from tide_dspy.domains import get_setting
 from tide_dspy.templates import TemplateLibrary
+from scripts import load_script
 
-TRANSFER_PY = Path(__file__).resolve().parents[1] / "experiments" / "transfer.py"
-
-
-def load_transfer():
-    spec = importlib.util.spec_from_file_location("experiments_transfer", TRANSFER_PY)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_copied_tokens_counts_findings_that_repeat_a_templates_specific_tokens(workspace_instance):
-    transfer = load_transfer()
+    transfer = load_script("transfer")
     leaky = Template(id="ws-t01", name="Quote Q-9917 expires", pattern="the CFO Marta Quill approved REQ-77-0001 aloud",
                      evidence_flow=["find the request in the tracker"])
     clean = Template(id="ws-t02", name="Verbal approval never recorded", pattern="an approver said yes aloud",
@@ -47,7 +38,7 @@ def test_copied_tokens_counts_findings_that_repeat_a_templates_specific_tokens(w
 def test_transfer_runs_each_library_on_the_same_instances(tmp_path, monkeypatch):
     from tide_dspy.cli import optimize_cmd
 
-    transfer = load_transfer()
+    transfer = load_script("transfer")
     workspace = fixture_instances("workspace")
     monkeypatch.setattr(optimize_cmd, "lm_from_args", lambda args: RoutedLM(workspace))
     monkeypatch.setenv("TIDE_DATA", str(FIXTURE_DATA))

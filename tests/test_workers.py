@@ -12,6 +12,7 @@ from routed_lm import RoutedLM, fixture_instances
 
 from tide_dspy.evaluation import check_workers, evaluate, read_rows
 from tide_dspy.programs import build_program
+from scripts import load_script
 
 
 class Slow(dspy.Module):
@@ -108,13 +109,7 @@ def test_workers_must_be_positive_and_the_embedded_engine_says_it_serializes(cap
 
 
 def test_the_workers_bench_overlaps_calls_on_the_stub(tmp_path, capsys):
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[1] / "experiments" / "bench_workers.py"
-    spec = importlib.util.spec_from_file_location("bench_workers", path)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load_script("bench_workers")
     assert bench.main(["--instances", "4", "--delay", "0.3", "--workers", "4", "--out", str(tmp_path)]) == 0
     result = json.loads(next(tmp_path.glob("*.json")).read_text())
     serial, parallel = result["runs"]
