@@ -20,8 +20,6 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-import dspy
-
 from tide_dspy import analysis
 from tide_dspy.backbones import describe_lm, lm_context
 from tide_dspy.cli.common import add_lm_options, lm_from_args

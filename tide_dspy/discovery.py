@@ -19,7 +19,7 @@ from tide_dspy.backbones.usage import entries_since, usage_mark, usage_tokens
 from tide_dspy.retry import call_with_retries, describe_error
 from tide_dspy.scan import Ranking, Scanner, ScanRecord, rank, recall_at
 from tide_dspy.schemas import Finding, Instance, RoundRecord, Template
-from tide_dspy.domains import NO_GUIDANCE, ContextView, Hygiene, Setting, get_setting, render_templates
+from tide_dspy.domains import NO_GUIDANCE, ContextView, Setting, get_setting, render_templates
 
 log = logging.getLogger(__name__)
 

@@ -23,6 +23,7 @@ from tide_dspy.schemas import (
     Template,
     WorkspaceFindingDraft,
 )
+from tide_dspy.util.diffs import patch_paths
 
 NO_GUIDANCE = "(none)"
 
@@ -123,9 +124,6 @@ def bounded_list(item: type, max_items: int) -> type:
 
     BoundedList.__name__ = BoundedList.__qualname__ = f"list[{item.__name__}]"
     return BoundedList
-
-
-from tide_dspy.util.diffs import patch_paths  # noqa: E402 (the one diff parser)
 
 
 def render_action(action: ChosenAction | None) -> str:

@@ -22,7 +22,7 @@ from tqdm.auto import tqdm
 
 from tide_dspy.abstraction import case_text, source_keys
 from tide_dspy.backbones.usage import entries_usage
-from tide_dspy.data.records import read_json_file
+from tide_dspy.util.jsonio import read_json_file
 from tide_dspy.refinement import Refined, refine_template
 from tide_dspy.schemas import GoldProblem, Instance, Template
 from tide_dspy.domains import Setting, get_setting

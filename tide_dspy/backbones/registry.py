@@ -19,6 +19,7 @@ from dspy.clients.base_lm import LM_CLASS_STATE_KEY
 
 from tide_dspy.backbones.llamacpp import DEFAULT_MAX_TOKENS, DEFAULT_N_CTX, LlamaCppEngine
 from tide_dspy.backbones.served import ServedEngine
+from tide_dspy.util.secrets import scrub_secrets
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
@@ -161,9 +162,6 @@ def get_lm(name: str = DEFAULT_BACKBONE, *, api_base: str | None = None, tempera
                      **({"api_base": api_base} if api_base else {}), **kw)
     lm.tide_backbone = backbone.name
     return lm
-
-
-from tide_dspy.util.secrets import REDACTED, scrub_secrets, scrub_text  # noqa: E402,F401 (moved; kept importable)
 
 
 def describe_lm(lm) -> dict:

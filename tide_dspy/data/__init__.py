@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from tide_dspy.util.tokens import CHARS_PER_TOKEN, estimate_tokens  # noqa: E402 (their home is util.tokens)
-from tide_dspy.data.loaders import InvalidRecordError, LoadResult, load_instances, load_with_report, to_examples  # noqa: E402
+from tide_dspy.data.loaders import InvalidRecordError, LoadResult, load_instances, load_with_report, to_examples
+from tide_dspy.util.tokens import CHARS_PER_TOKEN, estimate_tokens
 
 __all__ = ["CHARS_PER_TOKEN", "InvalidRecordError", "LoadResult", "estimate_tokens", "load_instances",
            "load_with_report", "to_examples"]

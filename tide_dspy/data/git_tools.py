@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from functools import cache
 from pathlib import Path
 
-from tide_dspy.util.diffs import hunks, touched_paths  # noqa: F401 (touched_paths: used by repo_builder)
+from tide_dspy.util.diffs import hunks
 from tide_dspy.util.git import run_git
 
 

@@ -12,7 +12,6 @@ from pydantic import ValidationError
 
 from tide_dspy.domains import REPOSITORY, WORKSPACE
 from tide_dspy.schemas import Instance
-from tide_dspy.util.jsonio import read_json_file, read_yaml_file  # noqa: F401 (their home is util.jsonio)
 
 REPOSITORY_PROBLEM_KEYS = ("problem_id", "description", "evidence", "patch")
 CANDIDATE_KEYS = ("path", "qualname", "start_line", "end_line", "code")

@@ -13,7 +13,7 @@ import logging
 import dspy
 from rapidfuzz import fuzz
 
-from tide_dspy.domains import WORKSPACE, Setting, get_setting, render_action  # noqa: F401 - render_action: re-exported
+from tide_dspy.domains import WORKSPACE, Setting, get_setting
 from tide_dspy.metrics.scoring import NO_JUDGE_LABEL
 from tide_dspy.retry import call_with_retries
 from tide_dspy.schemas import ChosenAction, Finding, GoldProblem
