@@ -23,6 +23,7 @@ from pydantic import BaseModel
 from tide_dspy.backbones.usage import entries_since, usage_mark, usage_tokens
 from tide_dspy.schemas import Finding, Instance
 from tide_dspy.domains import ContextView, get_setting
+from tide_dspy.util.fields import field_of
 
 log = logging.getLogger(__name__)
 
@@ -90,20 +91,18 @@ def expected_rating(logprobs) -> float | None:
     """The mean of the digits 0-9 under their probabilities at the rating's position in the answer.
 
     `logprobs` is OpenAI's `{"content": [{"token", "logprob", "top_logprobs": [...]}, ...]}`, as DSPy puts it on
-    a prediction. The rating is the first digit token after the text `suspicion`; alternatives that are not a
-    single digit are left out and the rest renormalized. None when the answer or its alternatives hold no digit."""
-    content = (logprobs or {}).get("content") if isinstance(logprobs, dict) else getattr(logprobs, "content", None)
+    a prediction (dicts, or objects from some providers). The rating is the first digit token after the text
+    `suspicion`; alternatives that are not a single digit are left out and the rest renormalized. None when the
+    answer or its alternatives hold no digit."""
     text = ""
-    for step in content or []:
-        token = step.get("token", "") if isinstance(step, dict) else getattr(step, "token", "")
+    for step in field_of(logprobs, "content") or []:
+        token = field_of(step, "token", "")
         if _BEFORE_RATING.search(text) and token.strip(' "').isdigit():
-            tops = step.get("top_logprobs") if isinstance(step, dict) else getattr(step, "top_logprobs", None)
             digits: dict[int, float] = {}
-            for alt in tops or [step]:
-                alt_token = (alt.get("token") if isinstance(alt, dict) else alt.token).strip(' "')
-                alt_lp = alt.get("logprob") if isinstance(alt, dict) else alt.logprob
+            for alt in field_of(step, "top_logprobs") or [step]:
+                alt_token = field_of(alt, "token", "").strip(' "')
                 if len(alt_token) == 1 and alt_token.isdigit():
-                    digits[int(alt_token)] = digits.get(int(alt_token), 0.0) + math.exp(alt_lp)
+                    digits[int(alt_token)] = digits.get(int(alt_token), 0.0) + math.exp(field_of(alt, "logprob"))
             total = sum(digits.values())
             return sum(d * p for d, p in digits.items()) / total if total > 0 else None
         text += token
@@ -123,21 +122,19 @@ class Scanner(dspy.Module):
         lm = self.rate.lm or dspy.settings.lm
         mark = usage_mark(lm)
         suspects, failures, salvaged, from_probabilities = [], 0, 0, 0
-        ask_probabilities = True
+        config = {"max_tokens": SCAN_MAX_TOKENS}
+        probabilities = {"logprobs": True, "top_logprobs": TOP_LOGPROBS}  # {} once the backend refuses them
         for artifact, handle in zip(view.artifacts, view.handles):
+            inputs = {"templates": guidance, "artifact": setting.render_artifact(artifact, handle)}
             try:
-                config = {"max_tokens": SCAN_MAX_TOKENS}
                 try:
-                    out = self.rate(templates=guidance, artifact=setting.render_artifact(artifact, handle),
-                                    config=config | ({"logprobs": True, "top_logprobs": TOP_LOGPROBS}
-                                                     if ask_probabilities else {}))
+                    out = self.rate(**inputs, config=config | probabilities)
                 except Exception as exc:
-                    if not (ask_probabilities and "logprob" in str(exc).lower()):
+                    if not (probabilities and "logprob" in str(exc).lower()):
                         raise
                     log.info("the backend gives no logprobs (%s); the scan uses the written ratings", exc)
-                    ask_probabilities = False
-                    out = self.rate(templates=guidance, artifact=setting.render_artifact(artifact, handle),
-                                    config=config)
+                    probabilities = {}
+                    out = self.rate(**inputs, config=config)
                 expected = expected_rating(getattr(out, "logprobs", None))
                 from_probabilities += expected is not None
                 suspects.append(Suspect(artifact_id=artifact.id, handle=handle, rating=int(out.suspicion),

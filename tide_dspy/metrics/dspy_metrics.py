@@ -13,6 +13,7 @@ from tide_dspy.metrics.scoring import (
     score_instance,
 )
 from tide_dspy.schemas import Instance
+from tide_dspy.util.fields import field_of
 
 METRIC_COMPONENTS = (*COMPONENTS, "mean")
 METRIC_KINDS = ("f1", "coverage")
@@ -21,18 +22,14 @@ SNIPPET_CHARS = 240
 
 def _gold_and_setting(example):
     """The gold problems and setting of a dspy.Example holding `instance` (an Instance) or `gold`."""
-    instance = _field(example, "case")
+    instance = field_of(example, "case")
     if instance is not None:
         instance = instance if isinstance(instance, Instance) else Instance.model_validate(instance)
         return as_gold_problems(instance), instance.setting
-    gold = _field(example, "gold")
+    gold = field_of(example, "gold")
     if gold is None:
         raise ValueError("the example has neither `instance` (an Instance) nor `gold` (a list of gold problems)")
-    return as_gold_problems(gold), _field(example, "setting")
-
-
-def _field(obj, name):
-    return obj.get(name) if isinstance(obj, dict) else getattr(obj, name, None)
+    return as_gold_problems(gold), field_of(example, "setting")
 
 
 def _check(component: str, kind: str, judge) -> None:
@@ -56,7 +53,7 @@ def component_value(score: InstanceScore, component: str = "retrieval", kind: st
 
 def _score(example, pred, judge, overlap) -> tuple[InstanceScore, list, list]:
     gold, setting = _gold_and_setting(example)
-    findings = as_findings(_field(pred, "findings") or [])
+    findings = as_findings(field_of(pred, "findings") or [])
     return score_instance(gold, findings, judge=judge, overlap=overlap, setting=setting), gold, findings
 
 
@@ -80,8 +77,8 @@ def scan_recall_metric(example, pred, trace=None) -> float:
     """The share of the gold evidence among the scan's first focus_size suspects (`pred.scan`, a ScanRecord).
 
     It rewards ranking, not citing, so it gives an optimizer signal where the findings' F1 is still 0."""
-    scan = _field(pred, "scan")
-    recall = _field(scan, "recall_at_focus") if scan is not None else None
+    scan = field_of(pred, "scan")
+    recall = field_of(scan, "recall_at_focus") if scan is not None else None
     if recall is None:
         raise ValueError("scan-recall needs a scanning program (scan=True) on an instance with gold evidence")
     return float(recall)
