@@ -220,3 +220,15 @@ def test_a_baseline_scans_with_the_given_templates_and_rounds_without_them(repo,
     assert "Off by one" in scan_prompt and "Off by one" not in round_prompt
     loaded = load_program(save_program(program, tmp_path / "p.json"))
     assert [t.id for t in loaded.scan_templates] == ["repo-t001"] and loaded.templates == []
+
+
+def test_scan_is_refused_for_a_chance_floor_built_or_loaded(tmp_path):
+    from tide_dspy.programs import build_program
+    from tide_dspy.workflows import ProgramShape, build_method
+
+    with pytest.raises(ValueError, match="chance floor"):
+        build_method("repository", "first-listed", ProgramShape(scan=4))
+    saved = load_program(save_program(build_program("random", "repository"), tmp_path / "r.json"))
+    with pytest.raises(ValueError, match="chance floor"):
+        ProgramShape(scan=4).apply_scan(saved)
+    assert saved.scanner is None

@@ -74,6 +74,15 @@ class ProgramShape(BaseModel):
     shuffle_context: int | None = None  # seed of a shuffled artifact order
     scan: int | None = None  # focus size of a scan (tide_dspy.scan); None: no scan, or the saved program's
 
+    def apply_scan(self, program):
+        """Turn `program`'s scan on with this focus size (when one is given); a chance floor reads no artifact."""
+        if self.scan is None:
+            return
+        if isinstance(program, ChanceBaseline):
+            raise ValueError(f"--scan applies to the LM methods; {method_of(program)} is a chance floor and reads "
+                             "no artifact")
+        program.use_scan(self.scan)
+
 
 def _lm(lm: LMSource) -> dspy.BaseLM:
     return lm if isinstance(lm, dspy.BaseLM) or not callable(lm) else lm()
@@ -111,10 +120,7 @@ def build_method(setting: str, method: str, shape: ProgramShape, *, templates: P
     built = build_program(method, setting, templates=templates if method == "tide" else None, demos=demo_texts,
                           max_rounds=shape.rounds, per_round=shape.per_round, max_evidence=shape.max_evidence,
                           context_order_seed=shape.shuffle_context)
-    if shape.scan is not None:
-        if isinstance(built, ChanceBaseline):
-            raise ValueError(f"--scan applies to the LM methods; {method} is a chance floor and reads no artifact")
-        built.use_scan(shape.scan)
+    shape.apply_scan(built)
     return built
 
 
@@ -373,8 +379,7 @@ def evaluate_split(selection: Selection, *, lm: LMSource, backbone: str, program
                 setattr(built, name, value)
         if shape.shuffle_context is not None:
             built.context_order_seed = shape.shuffle_context
-        if shape.scan is not None:
-            built.use_scan(shape.scan)
+        shape.apply_scan(built)
         setting, method = built.setting_name, method_of(built)
         if selection.setting and selection.setting != setting:
             raise ValueError(f"--setting {selection.setting} but the program {program} is for {setting}")
