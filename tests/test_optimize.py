@@ -179,6 +179,18 @@ def test_tune_is_a_resumable_sqlite_study(tmp_path, train):
              n_trials=1, storage=storage)
 
 
+def test_tune_keeps_the_base_programs_scan_so_scan_recall_can_score_trials(tmp_path, train):
+    from tide_dspy.discovery import TIDE
+
+    library = TemplateLibrary(TEMPLATES, "workspace")
+    base = TIDE("workspace", templates=TEMPLATES, scan=True, focus_size=2)
+    seen = []
+    tune("workspace", library, train[:1], lm=RoutedLM(train), n_trials=1, storage=f"sqlite:///{tmp_path / 'o.db'}",
+         metric="scan-recall", base=base, on_trial=lambda trial, value, result: seen.append((value, result)))
+    (value, result), = seen
+    assert result.scan_recall is not None and value == result.scan_recall
+
+
 LOAD_REGISTERED = textwrap.dedent("""
     import json, sys
     import dspy

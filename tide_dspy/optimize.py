@@ -349,6 +349,8 @@ def tune(
         program = build_program("tide", setting, templates=library.subset(params["pool_size"], seed=seed),
                                 max_rounds=params["max_rounds"], per_round=params["per_round"])
         if base is not None:
+            if base.scanner is not None:  # the base's scan (and its compiled instruction) comes along
+                program.use_scan(base.focus_size)
             program.load_state(base.dump_state())
         result = evaluate(program, valset, judge=judge, out_path=None, progress=progress,
                           lm=lm.copy(temperature=params["temperature"]), workers=workers)
