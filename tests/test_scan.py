@@ -47,7 +47,8 @@ def test_scan_calls_share_everything_before_the_artifact(repo):
     users = [e["messages"][-1]["content"] for e in scans]
     prefixes = {u.split("[[ ## artifact ## ]]")[0] for u in users}
     assert len(prefixes) == 1 and "[[ ## templates ## ]]" in prefixes.pop()
-    assert "F2 · pkg/text.py::truncate" in users[1].split("[[ ## artifact ## ]]")[1]
+    artifact = users[1].split("[[ ## artifact ## ]]")[1]
+    assert "### pkg/text.py::truncate (" in artifact and "F2" not in artifact  # no handle: it tells the position
 
 
 def test_ranking_puts_high_scores_first_and_breaks_ties_without_position(repo):
@@ -63,17 +64,27 @@ def test_ranking_puts_high_scores_first_and_breaks_ties_without_position(repo):
 
 
 def test_each_round_reads_the_most_suspect_unfound_artifacts_in_full(repo):
-    lm = DummyLM([*scan_answers(), {"findings": [finding("F2")]}, {"findings": [finding("F5")]}])
+    lm = DummyLM([*scan_answers(), {"findings": [finding("F1")]}, {"findings": [finding("F1")]}])
     with dspy.context(lm=lm):
         out = TIDE("repository", max_rounds=2, per_round=1, scan=True, focus_size=2)(repo)
     round1, round2 = (context_of(e) for e in lm.history[len(repo.artifacts):])
-    full = lambda ctx: re.findall(r"^### (F\d+) ·", ctx, re.M)  # noqa: E731
-    assert full(round1) == ["F2", "F5"]  # truncate, Cache.get
-    assert full(round2) == ["F5", "F4"]  # truncate was found in round 1: clamp comes up
-    assert "- F2 · pkg/text.py::truncate: def truncate(s, n):" in round2
+    full = lambda ctx: re.findall(r"^### (F\d+ · \S+) ", ctx, re.M)  # noqa: E731
+    assert full(round1) == ["F1 · pkg/text.py::truncate", "F2 · pkg/cache.py::Cache.get"]
+    # truncate was found in round 1: clamp comes up, and the focus takes the first handles again
+    assert full(round2) == ["F1 · pkg/cache.py::Cache.get", "F2 · pkg/mathx.py::clamp"]
+    assert "- F4 · pkg/text.py::truncate: def truncate(s, n):" in round2
     assert [f.evidence for f in out.findings] == [["pkg/text.py::truncate"], ["pkg/cache.py::Cache.get"]]
     assert out.scan.lm_calls == len(repo.artifacts) and out.scan.ranked[0] == "pkg/text.py::truncate"
     assert (out.scan.focus_size, out.scan.recall_at_focus) == (2, 1.0)  # both gold functions in the first two
+
+
+def test_a_shortlist_takes_the_first_handles_and_the_rest_keep_their_order(repo):
+    shuffled = ContextView.of(repo, order_seed=3)
+    view = ContextView.of(repo, order_seed=3, first=["pkg/cache.py::Cache.get", "pkg/text.py::truncate"])
+    assert view.ids[:2] == ["pkg/cache.py::Cache.get", "pkg/text.py::truncate"]
+    assert view.handles[:2] == ("F1", "F2")
+    rest = [i for i in shuffled.ids if i not in view.ids[:2]]
+    assert view.ids[2:] == rest
 
 
 def test_a_failed_rating_ranks_last_and_is_counted(repo):
@@ -146,7 +157,7 @@ class LogprobEngine:
             raise ValueError("this provider does not support logprobs")
         prompt = request.messages[-1].text
         answer = '[[ ## suspicion ## ]]\n0\n\n[[ ## template_id ## ]]\n\n\n[[ ## reason ## ]]\nok\n\n[[ ## completed ## ]]'
-        p9 = 0.4 if any(f"· {name}" in prompt.split("[[ ## artifact ## ]]")[-1] for name in self.suspicious) else 0.05
+        p9 = 0.4 if any(f"### {name} " in prompt.split("[[ ## artifact ## ]]")[-1] for name in self.suspicious) else 0.05
         steps = (TokenLogprob(token="[[ ## suspicion ## ]]\n", logprob=0.0),
                  TokenLogprob(token="0", logprob=math.log(1 - p9),
                               top=(TopLogprob(token="0", logprob=math.log(1 - p9)),

@@ -172,9 +172,10 @@ class DiscoveryProgram(dspy.Module):
             return "\n\n".join(self.demos)
         return NO_GUIDANCE
 
-    def view(self, instance: Instance) -> ContextView:
-        """The artifacts in the order this program shows them, with their handles."""
-        return ContextView.of(instance, self.context_order_seed)
+    def view(self, instance: Instance, focus: list[str] | None = None) -> ContextView:
+        """The artifacts in the order this program shows them, with their handles; a round's focus first, so the
+        first handles and enum values (which a small model picks most) are the shortlist's."""
+        return ContextView.of(instance, self.context_order_seed, first=focus or ())
 
     def ranking(self, instance: Instance) -> tuple[Ranking | None, ScanRecord | None]:
         """The scan's ranking of the instance's artifacts (None, None without scan)."""
@@ -242,7 +243,7 @@ class DiscoveryProgram(dspy.Module):
                   rollout: int | None = None, temperature: float | None = None,
                   focus: list[str] | None = None) -> tuple[DiscoveryState, RoundRecord]:
         t0 = time.perf_counter()
-        view = self.view(instance)
+        view = self.view(instance, focus)
         out = self.call_round(instance, view, list(state.findings), max_new, rollout, temperature, focus)
         cleaned = [self.setting.clean(d, instance, round_no, view) for d in out.drafts]
         findings, hygiene = [f for f, _ in cleaned], [h for _, h in cleaned]

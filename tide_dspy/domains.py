@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import random
 from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import dspy
@@ -44,11 +45,16 @@ class ContextView:
     handles: tuple[str, ...]
 
     @classmethod
-    def of(cls, instance: Instance, order_seed: int | None = None) -> ContextView:
-        """File order, or a seeded shuffle of it (to measure how much a method relies on position)."""
+    def of(cls, instance: Instance, order_seed: int | None = None, first: Sequence[str] = ()) -> ContextView:
+        """File order, or a seeded shuffle of it (to measure how much a method relies on position); the ids in
+        `first` (a scan's shortlist, most suspect first) go before the rest and so get the first handles and
+        the first places in the evidence enum."""
         artifacts = list(instance.artifacts)
         if order_seed is not None:
             random.Random(order_seed).shuffle(artifacts)
+        if first:
+            rank = {artifact_id: i for i, artifact_id in enumerate(first)}
+            artifacts.sort(key=lambda a: rank.get(a.id, len(rank)))  # stable: the rest keep their order
         counts: dict[str, int] = {}
         handles = []
         for a in artifacts:

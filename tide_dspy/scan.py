@@ -125,7 +125,9 @@ class Scanner(dspy.Module):
         config = {"max_tokens": SCAN_MAX_TOKENS}
         probabilities = {"logprobs": True, "top_logprobs": TOP_LOGPROBS}  # {} once the backend refuses them
         for artifact, handle in zip(view.artifacts, view.handles):
-            inputs = {"templates": guidance, "artifact": setting.render_artifact(artifact, handle)}
+            # No handle in the prompt: a handle tells the position, and the rating must not depend on it (this
+            # also lets shuffled views reuse the cached ratings).
+            inputs = {"templates": guidance, "artifact": setting.render_artifact(artifact)}
             try:
                 try:
                     out = self.rate(**inputs, config=config | probabilities)
