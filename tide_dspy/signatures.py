@@ -61,7 +61,7 @@ class ScanWorkspaceItem(dspy.Signature):
     templates as patterns of what such signals look like. Most items are routine: rate them low."""
 
     templates: str = dspy.InputField(desc="thought templates describing problem patterns")
-    artifact: str = dspy.InputField(desc="one workspace item, headed by its handle and id")
+    artifact: str = dspy.InputField(desc="one workspace item, headed by its id")
     suspicion: Suspicion = dspy.OutputField(desc="0 = routine, 9 = clearly part of a problem")
     template_id: str = dspy.OutputField(desc="id of the template it fits best, or empty")
     reason: str = dspy.OutputField(desc="one short sentence")
@@ -74,7 +74,7 @@ class ScanFunction(dspy.Signature):
     are correct: rate them low."""
 
     templates: str = dspy.InputField(desc="thought templates describing bug patterns")
-    artifact: str = dspy.InputField(desc="one function, headed by its handle, id and line numbers")
+    artifact: str = dspy.InputField(desc="one function, headed by its id and line numbers")
     suspicion: Suspicion = dspy.OutputField(desc="0 = looks correct, 9 = clearly buggy")
     template_id: str = dspy.OutputField(desc="id of the template it fits best, or empty")
     reason: str = dspy.OutputField(desc="one short sentence")
