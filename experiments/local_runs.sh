@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The real runs committed under programs/ and experiments/results/, in the order they were made, on the embedded
 # 0.5B backbone (2 CPU threads). Every step resumes: rerun the script after a crash and finished work is kept.
-#   bash experiments/local_runs.sh [STEP ...]      # steps: distill-ws distill-repo table1-ws table1-repo compile discover tune-evaluate budget-repo grounded scan transfer shortlist
+#   bash experiments/local_runs.sh [STEP ...]      # steps: distill-ws distill-repo table1-ws table1-repo compile discover tune-evaluate budget-repo grounded scan transfer shortlist-ws shortlist-repo
 set -uo pipefail
 cd "$(dirname "$0")/.."
 B="${TIDE_BACKBONE:-local-small}"
@@ -68,19 +68,19 @@ run() {
       step scan-workspace python experiments/run.py table1 --setting workspace --backbone "$B" --judge proxy \
         --templates experiments/results/workspace-local-small/templates-used.json --rounds 5 --methods tide single \
         --scan --out experiments/results/workspace-local-small-scan ;;
-    shortlist)  # issue 15, second pass: the shortlist takes the first handles; then the same with the context shuffled
-      local ws_lib=experiments/results/workspace-local-small/templates-used.json
-      local repo_lib=experiments/results/repository-local-small/templates-used.json
-      local shuffle
-      for shuffle in "" 1; do
-        local tag=${shuffle:+-shuffled$shuffle} order=(${shuffle:+--shuffle-context "$shuffle"})
-        step "shortlist-workspace$tag" python experiments/run.py table1 --setting workspace --backbone "$B" \
-          --judge proxy --templates "$ws_lib" --rounds 5 --methods tide single --scan "${order[@]}" \
-          --out "experiments/results/workspace-$B$tag-shortlist"
-        step "shortlist-repository$tag" python experiments/run.py table1 --setting repository --backbone "$B" \
-          --judge proxy --templates "$repo_lib" "${REPO_SUBSET[@]}" --limit 3 --methods tide single --scan \
-          "${order[@]}" --out "experiments/results/repository-$B$tag-shortlist"
-      done ;;
+    shortlist-ws|shortlist-repo)  # issue 15, second pass: the shortlist takes the first handles
+      # TIDE_SHUFFLE=SEED runs the same with the context shuffled; TIDE_BACKBONE=local runs it on the 1.5B.
+      local tag=${TIDE_SHUFFLE:+-shuffled$TIDE_SHUFFLE} order=(${TIDE_SHUFFLE:+--shuffle-context "$TIDE_SHUFFLE"})
+      if [[ $1 == shortlist-ws ]]; then
+        step "shortlist-workspace-$B$tag" python experiments/run.py table1 --setting workspace --backbone "$B" \
+          --judge proxy --templates experiments/results/workspace-local-small/templates-used.json --rounds 5 \
+          --methods tide single --scan "${order[@]}" --out "experiments/results/workspace-$B$tag-shortlist"
+      else
+        step "shortlist-repository-$B$tag" python experiments/run.py table1 --setting repository --backbone "$B" \
+          --judge proxy --templates experiments/results/repository-local-small/templates-used.json \
+          "${REPO_SUBSET[@]}" --limit 3 --methods tide single --scan "${order[@]}" \
+          --out "experiments/results/repository-$B$tag-shortlist"
+      fi ;;
     transfer)  # issue 14: old library against the checked one; the old rows are Table 1's (copy them to resume)
       mkdir -p experiments/results/transfer-workspace-local-small/old
       cp experiments/results/workspace-local-small/raw/tide/config.json experiments/results/transfer-workspace-local-small/old/
@@ -93,5 +93,5 @@ run() {
 }
 
 steps=("$@")
-[[ ${#steps[@]} -gt 0 ]] || steps=(distill-ws distill-repo table1-ws table1-repo compile discover tune-evaluate budget-repo grounded scan transfer shortlist)
+[[ ${#steps[@]} -gt 0 ]] || steps=(distill-ws distill-repo table1-ws table1-repo compile discover tune-evaluate budget-repo grounded scan transfer shortlist-ws shortlist-repo)
 for s in "${steps[@]}"; do run "$s"; done
