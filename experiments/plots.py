@@ -158,3 +158,27 @@ def per_instance(records, path: Path) -> None:
     b.set(xlabel="gold problems in instance", ylabel="retrieval coverage", ylim=(-0.02, 1.02),
           title="Coverage by number of gold problems")
     _save(fig, path)
+
+
+def compare(variants: dict[str, list[dict]], path: Path, title: str, goal: float) -> None:
+    """Retrieval F1 of every method in each run folder, the floors hatched, and a tick at `goal` x the higher floor."""
+    fig, ax = plt.subplots(figsize=(max(6, 2.2 * len(variants)), 4.2))
+    methods = list(dict.fromkeys(r["method"] for records in variants.values() for r in records))
+    width = 0.8 / len(methods)
+    for j, method in enumerate(methods):
+        xs, vals = [], []
+        for i, records in enumerate(variants.values()):
+            row = next((r for r in records if r["method"] == method), None)
+            if row is not None:
+                xs.append(i + (j - (len(methods) - 1) / 2) * width)
+                vals.append(row["retrieval_f1"] or 0.0)
+        bars = ax.bar(xs, vals, width=width, label=method, color=f"C{j}",
+                      hatch="//" if method in FLOOR_METHODS else None, alpha=0.55 if method in FLOOR_METHODS else 1)
+        ax.bar_label(bars, fmt="%.1f", fontsize=7)
+    for i, records in enumerate(variants.values()):
+        floor = max((r["retrieval_f1"] or 0.0) for r in records if r["method"] in FLOOR_METHODS)
+        ax.hlines(goal * floor, i - 0.45, i + 0.45, colors="k", linestyles="--", linewidth=1)
+    ax.set_xticks(range(len(variants)), list(variants), rotation=15, ha="right")
+    ax.set(ylabel="retrieval F1 (percent)", title=f"{title}\ndashed: {goal}x the higher chance floor")
+    ax.legend(fontsize=8, title="hatched: chance floors", title_fontsize=8, loc="upper left", bbox_to_anchor=(1, 1))
+    _save(fig, path)

@@ -1,0 +1,83 @@
+"""One table and one figure over several `run.py table1` folders (e.g. whole context, shortlist, shuffled, 1.5B).
+
+    python experiments/compare.py --out experiments/results/shortlist-summary \
+        "workspace 0.5B=experiments/results/workspace-local-small-shortlist" ...
+
+Reads each folder's table1.csv and table1_hygiene.csv, as written; runs nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import plots  # noqa: E402
+
+FLOORS = plots.FLOOR_METHODS
+GOAL = 1.5  # issue 15: the LM methods' target, as a multiple of the higher chance floor
+
+
+def read_csv(path: Path) -> list[dict]:
+    if not path.is_file():
+        raise SystemExit(f"{path}: not found; the folder must hold a finished `run.py table1` run")
+    with path.open() as f:
+        return list(csv.DictReader(f))
+
+
+def number(value: str) -> float | None:
+    return float(value) if value not in ("", None) else None
+
+
+def read_variant(folder: Path) -> list[dict]:
+    """table1.csv rows joined with their hygiene row: method, retrieval F1 and coverage, scan recall, seconds."""
+    hygiene = {r["method"]: r for r in read_csv(folder / "table1_hygiene.csv")}
+    rows = []
+    for r in read_csv(folder / "table1.csv"):
+        h = hygiene.get(r["method"], {})
+        instances = int(r["instances"]) or 1
+        rows.append({"method": r["method"], "retrieval_f1": number(r["retrieval_f1"]),
+                     "retrieval_coverage": number(r["retrieval_coverage"]),
+                     "scan_recall": number(h.get("scan_recall_at_focus", "")),
+                     "seconds_per_instance": (number(h.get("seconds", "")) or 0.0) / instances})
+    return rows
+
+
+def table(variants: dict[str, list[dict]]) -> list[str]:
+    lines = ["| run | method | retrieval cov / F1 | x higher floor | scan recall@focus | s per instance |",
+             "|---|---|---|---|---|---|"]
+    for label, rows in variants.items():
+        floor = max((r["retrieval_f1"] or 0.0) for r in rows if r["method"] in FLOORS)
+        for r in rows:
+            ratio = "floor" if r["method"] in FLOORS else (f"{r['retrieval_f1'] / floor:.2f}x" if floor else "n/a")
+            recall = "-" if r["scan_recall"] is None else f"{r['scan_recall']:.3f}"
+            seconds = "-" if r["method"] in FLOORS else f"{r['seconds_per_instance']:.0f}"
+            lines.append(f"| {label} | {r['method']} | {r['retrieval_coverage']:.2f} / {r['retrieval_f1']:.2f} | "
+                         f"{ratio} | {recall} | {seconds} |")
+    return lines
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("variants", nargs="+", metavar="LABEL=FOLDER")
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--title", default="retrieval F1 against the chance floors")
+    args = parser.parse_args(argv)
+    variants = {}
+    for spec in args.variants:
+        label, sep, folder = spec.partition("=")
+        if not sep:
+            parser.error(f"{spec!r}: write LABEL=FOLDER")
+        variants[label] = read_variant(Path(folder))
+    args.out.mkdir(parents=True, exist_ok=True)
+    lines = table(variants)
+    (args.out / "compare.md").write_text("\n".join(lines) + "\n")
+    plots.compare(variants, args.out / "compare.png", args.title, GOAL)
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
