@@ -72,7 +72,7 @@ run() {
       # TIDE_SHUFFLE=SEED runs the same with the context shuffled; TIDE_BACKBONE=local runs it on the 1.5B.
       local tag=${TIDE_SHUFFLE:+-shuffled$TIDE_SHUFFLE} order=(${TIDE_SHUFFLE:+--shuffle-context "$TIDE_SHUFFLE"})
       if [[ $1 == shortlist-ws ]]; then
-        step "shortlist-workspace-$B$tag" python experiments/run.py table1 --setting workspace --backbone "$B" \
+        step "shortlist-workspace-$B$tag" python experiments/run.py table1 --setting workspace --backbone "$B" "${WS_SUBSET[@]}" \
           --judge proxy --templates experiments/results/workspace-local-small/templates-used.json --rounds 5 \
           --methods tide single --scan "${order[@]}" --out "experiments/results/workspace-$B$tag-shortlist"
       else
