@@ -200,6 +200,19 @@ def test_scan_reads_a_context_too_large_for_one_window_in_one_pass(repo):
     assert any("scanning first (focus 1)" in line for line in lines)
 
 
+def test_a_scanning_run_reports_its_scan_and_counts_its_calls(repo, tmp_path):
+    scan = [{"suspicion": 8 if i == 3 else 1, "template_id": "", "reason": f"reason {i}"} for i in range(5)]
+    lm = DummyLM([*scan, *answers(finding("shout drops the text", ["pkg/text.py::shout"], GOOD_PATCH))])
+    lines = []
+    result = discover_repository(repo, lm=lm, backbone="none-shipped", scan=2, rounds=1, progress=lines.append)
+    assert result.summary()["lm_calls"] == 6 and result.summary()["scan_lm_calls"] == 5
+    assert any(line.startswith("[scan] rated 5 artifacts, 5 LM call(s)") and
+               "most suspect: pkg/text.py::shout (8.00)" in line for line in lines)
+    paths = write_report(result, tmp_path / "out")
+    assert "| 1 | pkg/text.py::shout | 8.00 | - | reason 3 |" in paths["report.md"].read_text()
+    assert json.loads(paths["run.json"].read_text())["scans"][0]["ranked"][0] == "pkg/text.py::shout"
+
+
 def test_one_file_larger_than_the_window_is_a_clear_error(repo):
     fixed = PROMPT_OVERHEAD_TOKENS + 1000 + estimate_tokens(NO_GUIDANCE)
     with pytest.raises(ValueError, match=r"tools/report.py alone needs about \d+ tokens, but a window holds 50 tokens"):

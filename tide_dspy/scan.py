@@ -14,6 +14,7 @@ import logging
 import math
 import random
 import re
+import time
 from dataclasses import dataclass
 
 import dspy
@@ -62,6 +63,13 @@ class ScanRecord(BaseModel):
     failures: int = 0
     salvaged: int = 0  # ratings read from an answer that failed to parse as a whole (cut off in its reason)
     from_probabilities: int = 0  # scores computed from the digits' probabilities, not the written digit alone
+    seconds: float | None = None
+
+    def most_suspect(self, n: int) -> list[Suspect]:
+        """The first n suspects of the ranking (all of them, by score, before the ranking is set)."""
+        by_id = {s.artifact_id: s for s in self.suspects}
+        order = [by_id[i] for i in self.ranked if i in by_id] or sorted(self.suspects, key=lambda s: -s.score)
+        return order[:n]
 
 
 @dataclass(frozen=True)
@@ -119,6 +127,7 @@ class Scanner(dspy.Module):
 
     def forward(self, instance: Instance, view: ContextView, guidance: str) -> ScanRecord:
         setting = get_setting(self.setting_name)
+        started = time.perf_counter()
         lm = self.rate.lm or dspy.settings.lm
         mark = usage_mark(lm)
         suspects, failures, salvaged, from_probabilities = [], 0, 0, 0
@@ -162,4 +171,5 @@ class Scanner(dspy.Module):
         entries = entries_since(lm, mark)
         tokens_in, tokens_out = usage_tokens(entries)
         return ScanRecord(suspects=suspects, lm_calls=len(entries), input_tokens=tokens_in, output_tokens=tokens_out,
-                          failures=failures, salvaged=salvaged, from_probabilities=from_probabilities)
+                          failures=failures, salvaged=salvaged, from_probabilities=from_probabilities,
+                          seconds=round(time.perf_counter() - started, 3))

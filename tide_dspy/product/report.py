@@ -117,6 +117,16 @@ def round_rows(result: DiscoverResult) -> list[list[str]]:
 
 
 ROUND_COLUMNS = ["window", "round", "new", "rediscovered", "LM calls", "tokens in", "tokens out", "parse failures", "s"]
+SCAN_COLUMNS = ["rank", "artifact", "score", "template", "reason"]
+SCAN_ROWS_SHOWN = 10  # per window: the focus and what comes up next
+
+
+def scan_rows(result: DiscoverResult) -> list[list[str]]:
+    """The most suspect artifacts of each window's scan: score is the expected 0-9 rating (see tide_dspy.scan)."""
+    prefix = (lambda w: f"{w}.") if len(result.scans) > 1 else (lambda w: "")
+    return [[f"{prefix(w)}{rank}", s.artifact_id, f"{s.score:.2f}", s.template_id or "-", s.reason or "-"]
+            for w, scan in enumerate(result.scans, 1)
+            for rank, s in enumerate(scan.most_suspect(SCAN_ROWS_SHOWN), 1)]
 
 
 def failed_round_lines(result: DiscoverResult) -> list[str]:
@@ -187,6 +197,11 @@ def render_markdown(result: DiscoverResult) -> str:
     failed = failed_round_lines(result)
     if failed:
         out += [f"## Failed rounds ({len(failed)} of {len(result.rounds)})", "", *[f"- {md_text(x)}" for x in failed], ""]
+    if result.scans:
+        out += ["## Scan: the most suspect artifacts", "", "| " + " | ".join(SCAN_COLUMNS) + " |",
+                "|" + "---|" * len(SCAN_COLUMNS)]
+        out += ["| " + " | ".join(md_text(c).replace("|", "\\|") for c in row) + " |" for row in scan_rows(result)]
+        out += [""]
     out += ["## Rounds", "", "| " + " | ".join(ROUND_COLUMNS) + " |", "|" + "---|" * len(ROUND_COLUMNS)]
     out += ["| " + " | ".join(row) + " |" for row in round_rows(result)]
     return "\n".join(out) + "\n"
@@ -224,6 +239,10 @@ def render_html(result: DiscoverResult) -> str:
     if failed:
         body.append(f"<h2>Failed rounds ({len(failed)} of {len(result.rounds)})</h2><ul class='fails'>"
                     + "".join(f"<li>{e(x)}</li>" for x in failed) + "</ul>")
+    if result.scans:
+        head = "".join(f"<th>{e(c)}</th>" for c in SCAN_COLUMNS)
+        rows = "".join("<tr>" + "".join(f"<td>{e(c)}</td>" for c in row) + "</tr>" for row in scan_rows(result))
+        body.append(f"<h2>Scan: the most suspect artifacts</h2><table><tr>{head}</tr>{rows}</table>")
     head = "".join(f"<th>{e(c)}</th>" for c in ROUND_COLUMNS)
     rows = "".join("<tr>" + "".join(f"<td>{e(c)}</td>" for c in row) + "</tr>" for row in round_rows(result))
     body.append(f"<h2>Rounds</h2><table><tr>{head}</tr>{rows}</table>")
@@ -251,6 +270,7 @@ def run_payload(result: DiscoverResult) -> dict:
         "backbone": result.backbone, "summary": result.summary(), "notes": result.notes, "skipped": result.skipped,
         **({"verify": result.verify} if result.verify else {}),
         "rounds": [{"window": wr.window, **wr.record.model_dump()} for wr in result.rounds],
+        **({"scans": [s.model_dump() for s in result.scans]} if result.scans else {}),
     }
 
 

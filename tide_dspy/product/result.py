@@ -8,6 +8,7 @@ from typing import Any
 from tide_dspy.domains import get_setting
 from tide_dspy.product.patches import PatchCheck
 from tide_dspy.product.verify import NOT_RUN, STATUS_RANK, VERIFIED, Verification
+from tide_dspy.scan import ScanRecord
 from tide_dspy.schemas import Artifact, Finding, Instance, RoundRecord, Template
 
 
@@ -29,6 +30,7 @@ class DiscoverResult:
     verifications: list[Verification | None] = field(default_factory=list)  # aligned with findings; --verify only
     verify: dict[str, Any] = field(default_factory=dict)  # command, baseline, links left out of the copy
     rounds: list[WindowRound] = field(default_factory=list)
+    scans: list[ScanRecord] = field(default_factory=list)  # one per window of a scanning program
     windows: int = 1
     sources: dict[str, str] = field(default_factory=dict)  # workspace item id -> file
     notes: list[str] = field(default_factory=list)
@@ -66,8 +68,9 @@ class DiscoverResult:
 
     def summary(self) -> dict[str, Any]:
         records = [r.record for r in self.rounds]
-        ins = [r.input_tokens for r in records if r.input_tokens is not None]
-        outs = [r.output_tokens for r in records if r.output_tokens is not None]
+        calls = [*records, *self.scans]  # the scan's calls count with the rounds'
+        ins = [r.input_tokens for r in calls if r.input_tokens is not None]
+        outs = [r.output_tokens for r in calls if r.output_tokens is not None]
         return {
             "findings": len(self.findings),
             "patches_apply": sum(1 for c in self.patch_checks if c is not None and c.applies),
@@ -77,7 +80,8 @@ class DiscoverResult:
                if self.verify else {}),
             "windows": self.windows,
             "rounds": len(records),
-            "lm_calls": sum(r.lm_calls for r in records),
+            "lm_calls": sum(r.lm_calls for r in calls),
+            **({"scan_lm_calls": sum(s.lm_calls for s in self.scans)} if self.scans else {}),
             "input_tokens": sum(ins) if ins else None,
             "output_tokens": sum(outs) if outs else None,
             "failed_rounds": sum(1 for r in records if r.failed),
@@ -93,5 +97,6 @@ class DiscoverResult:
         if self.verify:
             patches += f", {s['patches_verified_fix']}/{s['patches_run']} tested patches fix a test"
         failed = f" ({s['failed_rounds']} FAILED)" if s["failed_rounds"] else ""
+        scan = f" ({s['scan_lm_calls']} of them the scan)" if self.scans else ""
         return (f"{s['findings']} finding{'' if s['findings'] == 1 else 's'}{patches} | {s['rounds']} rounds{failed} over "
-                f"{s['windows']} window(s) | {s['lm_calls']} LM calls | tokens {tokens} | {s['seconds']} s")
+                f"{s['windows']} window(s) | {s['lm_calls']} LM calls{scan} | tokens {tokens} | {s['seconds']} s")

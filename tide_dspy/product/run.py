@@ -28,6 +28,7 @@ from tide_dspy.product.result import DiscoverResult, WindowRound
 from tide_dspy.product.verify import DEFAULT_RUN_TIMEOUT, DEFAULT_TOTAL_TIMEOUT, NOT_RUN, Verification, Verifier
 from tide_dspy.discovery import DiscoveryProgram, DiscoveryState
 from tide_dspy.programs import build_program, load_program, program_dir
+from tide_dspy.scan import ScanRecord
 from tide_dspy.schemas import Artifact, Instance, RoundRecord
 from tide_dspy.domains import REPOSITORY, WORKSPACE, Setting, get_setting
 from tide_dspy.shipped import PROGRAMS_DIR
@@ -112,9 +113,18 @@ def progress_line(window: int, n_windows: int, r: RoundRecord) -> str:
             f"{tokens}, {r.seconds:.1f} s{failed}")
 
 
+def scan_line(window: int, n_windows: int, scan: ScanRecord, shown: int = 3) -> str:
+    where = f"window {window}/{n_windows}, " if n_windows > 1 else ""
+    tokens = "" if scan.input_tokens is None else f", {scan.input_tokens} prompt + {scan.output_tokens or 0} output tokens"
+    failed = f", {scan.failures} FAILED" if scan.failures else ""
+    top = ", ".join(f"{s.artifact_id} ({s.score:.2f})" for s in scan.most_suspect(shown))
+    return (f"[{where}scan] rated {len(scan.suspects)} artifacts, {scan.lm_calls} LM call(s){tokens}, "
+            f"{scan.seconds or 0:.1f} s{failed}; most suspect: {top}")
+
+
 def discover_in_windows(program: DiscoveryProgram, instance: Instance, parts: list[list[Artifact]], lm,
-                        progress: Progress) -> tuple[list, list[WindowRound]]:
-    state, rounds = DiscoveryState(), []
+                        progress: Progress) -> tuple[list, list[WindowRound], list[ScanRecord]]:
+    state, rounds, scans = DiscoveryState(), [], []
     for w, artifacts in enumerate(parts, 1):
         window_instance = instance.model_copy(update={"artifacts": artifacts})
 
@@ -124,8 +134,11 @@ def discover_in_windows(program: DiscoveryProgram, instance: Instance, parts: li
 
         with lm_context(lm):
             prediction = program(case=window_instance, on_round=on_round)
+        if prediction.scan is not None:
+            scans.append(prediction.scan)
+            progress(scan_line(w, len(parts), prediction.scan))
         state, _, _ = state.extend(list(prediction.findings), program.dedup_threshold)
-    return list(state.findings), rounds
+    return list(state.findings), rounds, scans
 
 
 def plan_windows(setting: Setting, instance: Instance, program: DiscoveryProgram, lm, max_context_tokens: int | None,
@@ -163,6 +176,7 @@ class Discovery:
     windows: int
     findings: list
     rounds: list[WindowRound]
+    scans: list[ScanRecord]
 
 
 def run_discovery(instance: Instance, *, lm, backbone: str, program: str | Path | None, templates: str | Path | None,
@@ -178,8 +192,8 @@ def run_discovery(instance: Instance, *, lm, backbone: str, program: str | Path 
         source += f", scanning first (focus {scan})"
     progress(f"{describe_input}using {source}")
     parts = plan_windows(setting, instance, tide, lm, max_context_tokens, unit_of, progress)
-    findings, records = discover_in_windows(tide, instance, parts, lm, progress)
-    return Discovery(tide, source, len(parts), findings, records)
+    findings, records, scans = discover_in_windows(tide, instance, parts, lm, progress)
+    return Discovery(tide, source, len(parts), findings, records, scans)
 
 
 def finish(result: DiscoverResult, started: float, progress: Progress) -> DiscoverResult:
@@ -328,7 +342,8 @@ def discover_repository(path: str | Path, *, lm, backbone: str = "local", includ
                 f.flags.append("patch_does_not_apply")
         result = DiscoverResult(setting=REPOSITORY.name, target=str(root), instance=instance, findings=run.findings,
                                 program_source=run.source, templates=list(run.program.templates), patch_checks=checks,
-                                rounds=run.rounds, windows=run.windows, skipped=skipped, backbone=describe(lm))
+                                rounds=run.rounds, scans=run.scans, windows=run.windows, skipped=skipped,
+                                backbone=describe(lm))
         if verifier is not None:
             verify_findings(result, verifier, progress)
     return finish(result, started, progress)
@@ -377,7 +392,7 @@ def discover_workspace(folder: str | Path, *, lm, backbone: str = "local", profi
                         progress=progress, scan=scan)
     result = DiscoverResult(setting=WORKSPACE.name, target=str(root), instance=instance, findings=run.findings,
                             program_source=run.source, templates=list(run.program.templates), rounds=run.rounds,
-                            windows=run.windows, sources=ingested.sources, notes=notes,
+                            scans=run.scans, windows=run.windows, sources=ingested.sources, notes=notes,
                             skipped=[{"path": s.path, "reason": s.reason} for s in ingested.skipped],
                             backbone=describe(lm))
     return finish(result, started, progress)
