@@ -199,7 +199,7 @@ class WorkspaceFindingDraft(BaseModel):
 
 class CodeFindingDraft(BaseModel):
     description: str = Field(description="the bug: what goes wrong, on which input, and why")
-    evidence_ids: list[str] = Field(description="handles (F12) of the candidate functions that contain the bug")
+    evidence_ids: list[str] = Field(description="handles of the candidate functions that contain the bug")
     patch: str = Field(description="a unified diff (diff --git a/<path> b/<path>) that fixes it")
     used_template_id: str = Field(default="", description="id of the template followed, or empty if novel")
     why: str = Field(default="", description="why the template matched, in one sentence")

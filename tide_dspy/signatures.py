@@ -39,7 +39,7 @@ class RepositoryRound(dspy.Signature):
     A bug may span several functions. Use the templates as patterns of what to look for; a bug that fits
     no template is allowed (leave used_template_id empty). Report the `max_new` most likely bugs that are
     NOT already in `already_found`; return an empty list only when every bug you can see is already there.
-    Cite the candidates by the handle shown before their id (F12), and fix each bug with a minimal unified diff
+    Cite each candidate by the handle shown before its id, and fix each bug with a minimal unified diff
     against the shown code."""
 
     context: str = dspy.InputField(desc="candidate functions, each headed by its id, path and line numbers")
