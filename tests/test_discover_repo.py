@@ -206,8 +206,9 @@ def test_a_scanning_run_reports_its_scan_and_counts_its_calls(repo, tmp_path):
     lines = []
     result = discover_repository(repo, lm=lm, backbone="none-shipped", scan=2, rounds=1, progress=lines.append)
     assert result.summary()["lm_calls"] == 6 and result.summary()["scan_lm_calls"] == 5
-    assert any(line.startswith("[scan] rated 5 artifacts, 5 LM call(s)") and
-               "most suspect: pkg/text.py::shout (8.00)" in line for line in lines)
+    scan_line = next(i for i, line in enumerate(lines) if line.startswith("[scan] rated 5 artifacts, 5 LM call(s)"))
+    assert "most suspect: pkg/text.py::shout (8.00)" in lines[scan_line]
+    assert lines[scan_line + 1].startswith("[round 1]")  # the scan is reported before the rounds run
     paths = write_report(result, tmp_path / "out")
     assert "| 1 | pkg/text.py::shout | 8.00 | - | reason 3 |" in paths["report.md"].read_text()
     assert json.loads(paths["run.json"].read_text())["scans"][0]["ranked"][0] == "pkg/text.py::shout"

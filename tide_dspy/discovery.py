@@ -177,14 +177,17 @@ class DiscoveryProgram(dspy.Module):
         first handles and enum values (which a small model picks most) are the shortlist's."""
         return ContextView.of(instance, self.context_order_seed, first=focus or ())
 
-    def ranking(self, instance: Instance) -> tuple[Ranking | None, ScanRecord | None]:
-        """The scan's ranking of the instance's artifacts (None, None without scan)."""
+    def ranking(self, instance: Instance, on_scan=None) -> tuple[Ranking | None, ScanRecord | None]:
+        """The scan's ranking of the instance's artifacts (None, None without scan); `on_scan(record)` hears of it
+        before any round runs."""
         if self.scanner is None:
             return None, None
         record = self.scanner(instance, self.view(instance), render_templates(self.scan_templates or self.templates))
         ranking = rank(record.suspects, f"{self.context_order_seed}:{instance.instance_id}")
         record.ranked, record.focus_size = list(ranking.ids), self.focus_size
         record.recall_at_focus = recall_at(record.ranked, instance, self.focus_size)
+        if on_scan:
+            on_scan(record)
         return ranking, record
 
     def focus(self, ranking: Ranking | None, found) -> list[str] | None:
@@ -267,8 +270,8 @@ class TIDE(DiscoveryProgram):
     guidance="templates" is TIDE; "none" is the Iter-only ablation; "demos" is Iter + Demos.
     """
 
-    def forward(self, case: Instance, on_round=None) -> dspy.Prediction:
-        ranking, scan = self.ranking(case)
+    def forward(self, case: Instance, on_round=None, on_scan=None) -> dspy.Prediction:
+        ranking, scan = self.ranking(case, on_scan)
         state, rounds = DiscoveryState(), []
         for t in range(1, self.max_rounds + 1):
             # After a failed round the state is unchanged, so the plain call would resend the failed prompt and
@@ -292,8 +295,8 @@ class SingleAgent(DiscoveryProgram):
         kwargs.setdefault("per_round", max_findings)
         super().__init__(setting, **kwargs)
 
-    def forward(self, case: Instance, on_round=None) -> dspy.Prediction:
-        ranking, scan = self.ranking(case)
+    def forward(self, case: Instance, on_round=None, on_scan=None) -> dspy.Prediction:
+        ranking, scan = self.ranking(case, on_scan)
         state, record = self.run_round(case, DiscoveryState(), 1, self.per_round, focus=self.focus(ranking, []))
         if on_round:
             on_round(record)
@@ -313,8 +316,8 @@ class MultiAgent(DiscoveryProgram):
     def config(self) -> dict:
         return {**super().config(), "temperature": self.temperature}
 
-    def forward(self, case: Instance, on_round=None) -> dspy.Prediction:
-        ranking, scan = self.ranking(case)
+    def forward(self, case: Instance, on_round=None, on_scan=None) -> dspy.Prediction:
+        ranking, scan = self.ranking(case, on_scan)
         pooled, rounds = DiscoveryState(), []
         for t in range(1, self.max_rounds + 1):
             # Every call starts from the empty state; only the pooling sees earlier calls.

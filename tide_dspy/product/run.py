@@ -132,11 +132,13 @@ def discover_in_windows(program: DiscoveryProgram, instance: Instance, parts: li
             rounds.append(WindowRound(w, record))
             progress(progress_line(w, len(parts), record))
 
+        def on_scan(record: ScanRecord, w=w) -> None:
+            scans.append(record)
+            progress(scan_line(w, len(parts), record))
+
         with lm_context(lm):
-            prediction = program(case=window_instance, on_round=on_round)
-        if prediction.scan is not None:
-            scans.append(prediction.scan)
-            progress(scan_line(w, len(parts), prediction.scan))
+            prediction = program(case=window_instance, on_round=on_round,
+                                 **({"on_scan": on_scan} if program.scanner is not None else {}))
         state, _, _ = state.extend(list(prediction.findings), program.dedup_threshold)
     return list(state.findings), rounds, scans
 
