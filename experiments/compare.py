@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import shlex
 import sys
 from pathlib import Path
 
@@ -74,6 +75,7 @@ def main(argv=None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     lines = table(variants)
     (args.out / "compare.md").write_text("\n".join(lines) + "\n")
+    (args.out / "command.txt").write_text(shlex.join(["python", "experiments/compare.py", *(argv or sys.argv[1:])]) + "\n")
     plots.compare(variants, args.out / "compare.png", args.title, GOAL)
     print("\n".join(lines))
     return 0

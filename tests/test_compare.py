@@ -28,6 +28,7 @@ def test_each_method_is_compared_with_the_higher_floor_of_its_own_run(tmp_path):
     assert "| plain | tide | 30.00 / 24.00 | 1.50x | 0.250 | 100 |" in table
     assert "| shuffled | tide | 5.00 / 5.00 | 0.50x | - | 100 |" in table
     assert (tmp_path / "out" / "compare.png").stat().st_size > 0
+    assert f"plain={plain}" in (tmp_path / "out" / "command.txt").read_text()
 
 
 def test_a_folder_without_a_finished_run_is_named(tmp_path):
