@@ -47,7 +47,8 @@ def read_variant(folder: Path) -> list[dict]:
 
 
 def table(variants: dict[str, list[dict]]) -> list[str]:
-    lines = ["| run | method | retrieval cov / F1 | x higher floor | scan recall@focus | s per instance (cached calls cost ~0) |",
+    lines = ["| run | method | retrieval cov / F1 | x higher floor | scan recall@focus "
+             "| s per instance (cached calls cost ~0) |",
              "|---|---|---|---|---|---|"]
     for label, rows in variants.items():
         floor = max((r["retrieval_f1"] or 0.0) for r in rows if r["method"] in FLOORS)
