@@ -5,7 +5,8 @@ function or one e-mail at a time. `Scanner` asks the setting's scan signature ab
 puts the instructions and the templates first and the artifact last, so a prefix cache makes a scan cost about
 one pass over the context. The ranking breaks ties with a seeded shuffle, never by position, so the scan cannot
 smuggle the first-listed bias back in. `focus` turns the ranking into a round's shortlist: the top-N artifacts
-that no earlier finding cites, shown in full (the others compactly; every handle stays citable).
+that no earlier finding cites, shown first and in full under the first handles (the others compactly; every
+handle stays citable). The scan prompt names an artifact by id, never by handle, since a handle tells its position.
 """
 
 from __future__ import annotations
