@@ -51,7 +51,7 @@ def table(variants: dict[str, list[dict]]) -> list[str]:
              "| s per instance (cached calls cost ~0) |",
              "|---|---|---|---|---|---|"]
     for label, rows in variants.items():
-        floor = max((r["retrieval_f1"] or 0.0) for r in rows if r["method"] in FLOORS)
+        floor = plots.higher_floor(rows)[1]
         for r in rows:
             ratio = "floor" if r["method"] in FLOORS else (f"{r['retrieval_f1'] / floor:.2f}x" if floor else "n/a")
             recall = "-" if r["scan_recall"] is None else f"{r['scan_recall']:.3f}"

@@ -37,7 +37,7 @@ import plots  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 # The chance floors every table and curve shows beside the methods (no LM call; see tide_dspy.discovery).
-FLOORS = ("random", "first-listed")
+FLOORS = plots.FLOOR_METHODS
 
 
 # ---- inputs ----
@@ -192,8 +192,7 @@ def table1(args, instances, out, lm, judge, stem: str = "table1") -> dict:
 
 def floor_ratios(records: list[dict]) -> list[str]:
     """Each method's retrieval F1 over the higher of the two chance floors, measured in the same run."""
-    floors = {r["method"]: r["retrieval_f1"] or 0.0 for r in records if r["method"] in FLOORS}
-    floor_name, floor = max(floors.items(), key=lambda kv: kv[1])
+    floor_name, floor = plots.higher_floor(records)
     lines = [f"Higher chance floor: {floor_name}, retrieval F1 {floor:.2f}."]
     for r in records:
         if r["method"] not in FLOORS and r["retrieval_f1"] is not None:
