@@ -172,6 +172,13 @@ def md_fenced(body: str, info: str = "") -> list[str]:
     return [fence + info, body.rstrip("\n"), fence]
 
 
+def md_table(columns: list[str], rows: list[list[str]]) -> list[str]:
+    """A Markdown table whose cells are plain text (escaped, and a `|` inside a cell does not split it)."""
+    cell = lambda text: md_text(text).replace("|", "\\|")  # noqa: E731
+    return ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns),
+            *["| " + " | ".join(cell(c) for c in row) + " |" for row in rows]]
+
+
 def render_markdown(result: DiscoverResult) -> str:
     out = [f"# TIDE discover report: {md_text(result.target)}", "", *[md_text(h) for h in header_lines(result)], ""]
     if result.notes:
@@ -198,13 +205,16 @@ def render_markdown(result: DiscoverResult) -> str:
     if failed:
         out += [f"## Failed rounds ({len(failed)} of {len(result.rounds)})", "", *[f"- {md_text(x)}" for x in failed], ""]
     if result.scans:
-        out += ["## Scan: the most suspect artifacts", "", "| " + " | ".join(SCAN_COLUMNS) + " |",
-                "|" + "---|" * len(SCAN_COLUMNS)]
-        out += ["| " + " | ".join(md_text(c).replace("|", "\\|") for c in row) + " |" for row in scan_rows(result)]
-        out += [""]
-    out += ["## Rounds", "", "| " + " | ".join(ROUND_COLUMNS) + " |", "|" + "---|" * len(ROUND_COLUMNS)]
-    out += ["| " + " | ".join(row) + " |" for row in round_rows(result)]
+        out += ["## Scan: the most suspect artifacts", "", *md_table(SCAN_COLUMNS, scan_rows(result)), ""]
+    out += ["## Rounds", "", *md_table(ROUND_COLUMNS, round_rows(result))]
     return "\n".join(out) + "\n"
+
+
+def html_table(title: str, columns: list[str], rows: list[list[str]]) -> str:
+    e = html.escape
+    head = "".join(f"<th>{e(c)}</th>" for c in columns)
+    body = "".join("<tr>" + "".join(f"<td>{e(c)}</td>" for c in row) + "</tr>" for row in rows)
+    return f"<h2>{e(title)}</h2><table><tr>{head}</tr>{body}</table>"
 
 
 def render_html(result: DiscoverResult) -> str:
@@ -240,12 +250,8 @@ def render_html(result: DiscoverResult) -> str:
         body.append(f"<h2>Failed rounds ({len(failed)} of {len(result.rounds)})</h2><ul class='fails'>"
                     + "".join(f"<li>{e(x)}</li>" for x in failed) + "</ul>")
     if result.scans:
-        head = "".join(f"<th>{e(c)}</th>" for c in SCAN_COLUMNS)
-        rows = "".join("<tr>" + "".join(f"<td>{e(c)}</td>" for c in row) + "</tr>" for row in scan_rows(result))
-        body.append(f"<h2>Scan: the most suspect artifacts</h2><table><tr>{head}</tr>{rows}</table>")
-    head = "".join(f"<th>{e(c)}</th>" for c in ROUND_COLUMNS)
-    rows = "".join("<tr>" + "".join(f"<td>{e(c)}</td>" for c in row) + "</tr>" for row in round_rows(result))
-    body.append(f"<h2>Rounds</h2><table><tr>{head}</tr>{rows}</table>")
+        body.append(html_table("Scan: the most suspect artifacts", SCAN_COLUMNS, scan_rows(result)))
+    body.append(html_table("Rounds", ROUND_COLUMNS, round_rows(result)))
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>TIDE report: {e(result.target)}</title>"
             f"<style>{CSS}</style></head><body>{''.join(body)}</body></html>\n")
 
