@@ -105,21 +105,25 @@ def describe(lm) -> dict:
 
 # ---- the discovery loop over windows ----
 
-def progress_line(window: int, n_windows: int, r: RoundRecord) -> str:
+def _step_line(window: int, n_windows: int, step: str, counts: str, calls: RoundRecord | ScanRecord) -> str:
+    """`[window w/n, step] counts, N LM call(s), P prompt + O output tokens`: what a round's and a scan's lines share."""
     where = f"window {window}/{n_windows}, " if n_windows > 1 else ""
-    tokens = "" if r.input_tokens is None else f", {r.input_tokens} prompt + {r.output_tokens or 0} output tokens"
+    tokens = ("" if calls.input_tokens is None
+              else f", {calls.input_tokens} prompt + {calls.output_tokens or 0} output tokens")
+    return f"[{where}{step}] {counts}, {calls.lm_calls} LM call(s){tokens}"
+
+
+def progress_line(window: int, n_windows: int, r: RoundRecord) -> str:
     failed = f", FAILED ({r.error})" if r.failed else ""
-    return (f"[{where}round {r.round}] {r.new} new, {r.rediscovered} re-found, {r.lm_calls} LM call(s)"
-            f"{tokens}, {r.seconds:.1f} s{failed}")
+    head = _step_line(window, n_windows, f"round {r.round}", f"{r.new} new, {r.rediscovered} re-found", r)
+    return f"{head}, {r.seconds:.1f} s{failed}"
 
 
 def scan_line(window: int, n_windows: int, scan: ScanRecord, shown: int = 3) -> str:
-    where = f"window {window}/{n_windows}, " if n_windows > 1 else ""
-    tokens = "" if scan.input_tokens is None else f", {scan.input_tokens} prompt + {scan.output_tokens or 0} output tokens"
     failed = f", {scan.failures} FAILED" if scan.failures else ""
     top = ", ".join(f"{s.artifact_id} ({s.score:.2f})" for s in scan.most_suspect(shown))
-    return (f"[{where}scan] rated {len(scan.suspects)} artifacts, {scan.lm_calls} LM call(s){tokens}, "
-            f"{scan.seconds or 0:.1f} s{failed}; most suspect: {top}")
+    head = _step_line(window, n_windows, "scan", f"rated {len(scan.suspects)} artifacts", scan)
+    return f"{head}, {scan.seconds or 0:.1f} s{failed}; most suspect: {top}"
 
 
 def discover_in_windows(program: DiscoveryProgram, instance: Instance, parts: list[list[Artifact]], lm,
