@@ -67,10 +67,9 @@ class ScanRecord(BaseModel):
     seconds: float | None = None
 
     def most_suspect(self, n: int) -> list[Suspect]:
-        """The first n suspects of the ranking (all of them, by score, before the ranking is set)."""
+        """The first n suspects of the ranking (`ranked`, which DiscoveryProgram.ranking sets)."""
         by_id = {s.artifact_id: s for s in self.suspects}
-        order = [by_id[i] for i in self.ranked if i in by_id] or sorted(self.suspects, key=lambda s: -s.score)
-        return order[:n]
+        return [by_id[i] for i in self.ranked[:n]]
 
 
 @dataclass(frozen=True)
