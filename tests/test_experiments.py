@@ -14,7 +14,6 @@ from tide_dspy.schemas import Template
 from scripts import load_script
 
 
-
 @pytest.fixture
 def run_module(monkeypatch, tmp_path, repository_instance):
     module = load_script("run")

@@ -14,7 +14,6 @@ from tide_dspy.backbones.served import ServedEngine
 from scripts import load_script
 
 
-
 StubServer = load_script("stub_server").StubServer
 
 

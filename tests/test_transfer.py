@@ -12,7 +12,6 @@ from tide_dspy.templates import TemplateLibrary
 from scripts import load_script
 
 
-
 def test_copied_tokens_counts_findings_that_repeat_a_templates_specific_tokens(workspace_instance):
     transfer = load_script("transfer")
     leaky = Template(id="ws-t01", name="Quote Q-9917 expires", pattern="the CFO Marta Quill approved REQ-77-0001 aloud",
