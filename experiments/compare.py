@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import json
 import shlex
 import sys
 from pathlib import Path
@@ -46,6 +47,16 @@ def read_variant(folder: Path) -> list[dict]:
     return rows
 
 
+def provenance(label: str, folder: Path) -> str:
+    """Where a run's numbers come from: its backbone, judge and command (from run.py's meta-table1.json)."""
+    meta_path = folder / "meta-table1.json"
+    if not meta_path.is_file():
+        raise SystemExit(f"{meta_path}: not found; the folder must hold a finished `run.py table1` run")
+    meta = json.loads(meta_path.read_text())
+    return (f"- {label}: backbone {meta['backbone'].get('backbone') or meta['backbone'].get('model')}, "
+            f"judge {meta['judge']}, `python {meta['command']}`")
+
+
 def table(variants: dict[str, list[dict]]) -> list[str]:
     lines = ["| run | method | retrieval cov / F1 | x higher floor | scan recall@focus "
              "| s per instance (cached calls cost ~0) |",
@@ -67,14 +78,15 @@ def main(argv=None) -> int:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--title", default="retrieval F1 against the chance floors")
     args = parser.parse_args(argv)
-    variants = {}
+    variants, sources = {}, []
     for spec in args.variants:
         label, sep, folder = spec.partition("=")
         if not sep:
             parser.error(f"{spec!r}: write LABEL=FOLDER")
         variants[label] = read_variant(Path(folder))
+        sources.append(provenance(label, Path(folder)))
     args.out.mkdir(parents=True, exist_ok=True)
-    lines = table(variants)
+    lines = [*table(variants), "", "Runs:", *sources]
     (args.out / "compare.md").write_text("\n".join(lines) + "\n")
     (args.out / "command.txt").write_text(shlex.join(["python", "experiments/compare.py", *(argv or sys.argv[1:])]) + "\n")
     plots.compare(variants, args.out / "compare.png", args.title, GOAL)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from scripts import load_script
@@ -11,6 +13,9 @@ COLUMNS = "method,instances,runs,retrieval_coverage,retrieval_f1"
 
 def write_run(folder, rows: dict[str, tuple[float, float]], recall: float | None = None):
     folder.mkdir(parents=True)
+    (folder / "meta-table1.json").write_text(json.dumps({
+        "command": f"experiments/run.py table1 --out {folder}", "judge": "proxy-lexical",
+        "backbone": {"backbone": "local-small", "model": "llamacpp/qwen"}}))
     (folder / "table1.csv").write_text("\n".join(
         [COLUMNS, *(f"{m},4,1,{cov},{f1}" for m, (cov, f1) in rows.items())]) + "\n")
     (folder / "table1_hygiene.csv").write_text("\n".join(
@@ -27,6 +32,8 @@ def test_each_method_is_compared_with_the_higher_floor_of_its_own_run(tmp_path):
     table = (tmp_path / "out" / "compare.md").read_text()
     assert "| plain | tide | 30.00 / 24.00 | 1.50x | 0.250 | 100 |" in table
     assert "| shuffled | tide | 5.00 / 5.00 | 0.50x | - | 100 |" in table
+    assert (f"- plain: backbone local-small, judge proxy-lexical, `python experiments/run.py table1 --out {plain}`"
+            in table)
     assert (tmp_path / "out" / "compare.png").stat().st_size > 0
     assert f"plain={plain}" in (tmp_path / "out" / "command.txt").read_text()
 
