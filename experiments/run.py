@@ -21,8 +21,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from tide_dspy import analysis
-from tide_dspy.backbones import describe_lm, lm_context
-from tide_dspy.cli.common import add_lm_options, lm_from_args
+from tide_dspy.backbones import LMOptions, describe_lm, lm_context, lm_from_options
+from tide_dspy.cli.common import add_lm_options
 from tide_dspy.data import load_instances
 from tide_dspy.evaluation import data_path, evaluate, read_rows, select_instances
 from tide_dspy.metrics import InstanceScore, aggregate, make_judge
@@ -264,7 +264,7 @@ def demos(args, instances, out, lm, judge) -> dict:
 def transfer(args, instances, out, lm_unused, judge) -> dict:
     records = []
     for inference in args.backbones:
-        lm = lm_from_args(args, inference)
+        lm = lm_from_options(LMOptions.from_namespace(args), inference)
         for source in args.template_sources:
             program = make_program("tide", args, template_library(args, source_backbone=source))
             raw = run_raw(args, {f"tide-{inference}-with-{source}": program}, instances, out, lm, judge)
@@ -362,7 +362,7 @@ def main(argv=None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     instances = chosen_instances(args)
     print(f"{len(instances)} instances: {', '.join(i.instance_id for i in instances)}", flush=True)
-    lm = lm_from_args(args)
+    lm = lm_from_options(LMOptions.from_namespace(args))
     if args.runs > 1 and not lm.kwargs.get("temperature"):
         print("--runs > 1 at temperature 0 would repeat one sample: using temperature 0.7 for every run")
         lm = lm.copy(temperature=0.7)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
 import sys
@@ -10,7 +11,7 @@ import dspy
 import pytest
 from dspy.lm15 import Config, Message, Request
 
-from tide_dspy.backbones import BACKBONES, adapter_for, describe_lm, get_lm, resolve
+from tide_dspy.backbones import BACKBONES, LMOptions, adapter_for, describe_lm, get_lm, lm_from_options, resolve
 from tide_dspy.backbones import weights
 from tide_dspy.backbones.llamacpp import LlamaCppEngine
 from tide_dspy.backbones.usage import entries_since, lm_usage, usage_mark, usage_tokens
@@ -66,6 +67,21 @@ def test_registry_names_resolve_to_model_strings():
     assert raw.model == "openrouter/some/model" and raw.kind == "hosted"
     with pytest.raises(ValueError, match="unknown backbone 'gpt5'.*local-small"):
         resolve("gpt5")
+
+
+def test_lm_options_read_the_namespace_and_keep_defaults_for_what_it_lacks():
+    options = LMOptions.from_namespace(argparse.Namespace(backbone="gpt-5-mini", temperature=None, threads=2))
+    assert options == LMOptions(backbone="gpt-5-mini", threads=2)
+
+
+def test_a_configured_lm_is_the_commands_lm():
+    lm = dspy.utils.DummyLM([])
+    with dspy.context(lm=lm):
+        assert lm_from_options(LMOptions(backbone="gpt-5-mini")) is lm
+
+
+def test_without_a_configured_lm_the_backbone_is_built():
+    assert lm_from_options(LMOptions(backbone="gpt-5-mini")).model == "openai/gpt-5-mini"
 
 
 @pytest.mark.parametrize("name", [n for n in BACKBONES if n != "openai-compatible"])

@@ -6,6 +6,7 @@ import json
 import subprocess
 from pathlib import Path
 
+import dspy
 import pytest
 from dspy.utils.dummies import DummyLM
 
@@ -259,7 +260,7 @@ def test_report_files(repo, tmp_path):
 @pytest.fixture
 def inject_lm(monkeypatch):
     def inject(lm):
-        monkeypatch.setattr(discover_cmd, "lm_from_args", lambda args: lm)
+        dspy.configure(lm=lm)
     return inject
 
 

@@ -8,10 +8,10 @@ import re
 import shutil
 from pathlib import Path
 
+import dspy
 import pytest
 from dspy.utils.dummies import DummyLM
 
-from tide_dspy.cli import discover_cmd
 from tide_dspy.cli.main import main
 from tide_dspy.product import discover_workspace
 from tide_dspy.product.ingest import ingest_workspace
@@ -159,7 +159,7 @@ def test_discover_workspace_with_default_library(workspace):
 def test_cli_workspace_end_to_end(workspace, tmp_path, monkeypatch, capsys):
     (workspace / "broken.ics").write_text("garbage\n")
     lm, evidence = approval_lm(workspace)
-    monkeypatch.setattr(discover_cmd, "lm_from_args", lambda args: lm)
+    dspy.configure(lm=lm)
     profile = tmp_path / "profile.yaml"
     profile.write_text("full_name: Sam Ortiz\noccupation: Events lead\ntoday: 2026-03-11\n")
     out = tmp_path / "report"
@@ -186,7 +186,7 @@ def test_cli_workspace_with_own_actions(workspace, tmp_path, monkeypatch, capsys
     actions.write_text("- id: act_request_approval\n  type: request_approval\n  description: Ask Dana to e-sign\n"
                        "  required_parameters: [approver]\n")
     lm, _ = approval_lm(workspace)
-    monkeypatch.setattr(discover_cmd, "lm_from_args", lambda args: lm)
+    dspy.configure(lm=lm)
     rc = main(["discover", "workspace", str(workspace), "--actions", str(actions), "--out", str(tmp_path / "o"),
                "--backbone", "none-shipped"])
     assert rc == 0
@@ -196,7 +196,7 @@ def test_cli_workspace_with_own_actions(workspace, tmp_path, monkeypatch, capsys
 def test_cli_workspace_without_readable_files(tmp_path, monkeypatch, capsys):
     (tmp_path / "ws").mkdir()
     (tmp_path / "ws" / "bad.eml").write_bytes(b"\x00\x01")
-    monkeypatch.setattr(discover_cmd, "lm_from_args", lambda args: DummyLM([]))
+    dspy.configure(lm=DummyLM([]))
     assert main(["discover", "workspace", str(tmp_path / "ws"), "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
     assert "no readable .eml" in err and "1 skipped" in err

@@ -6,6 +6,7 @@ import csv
 import json
 from pathlib import Path
 
+import dspy
 import pytest
 from dspy.utils.dummies import DummyLM
 
@@ -24,7 +25,7 @@ def run_module(monkeypatch, tmp_path, repository_instance):
         {"description": "bug in the gold function", "evidence_ids": gold, "patch": "no diff", "used_template_id": "repo-t001", "why": "fits"},
         {"description": "bug elsewhere", "evidence_ids": [i for i in ids if i not in gold][:1], "patch": "", "used_template_id": "", "why": ""},
     ]}
-    monkeypatch.setattr(module, "lm_from_args", lambda *a, **k: DummyLM({"max_new": answer}))
+    dspy.configure(lm=DummyLM({"max_new": answer}))
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
     monkeypatch.setenv("TIDE_DATA", str(Path(__file__).resolve().parent / "fixtures" / "instances"))
     return module

@@ -18,7 +18,6 @@ from test_discover_repo import GOOD_PATCH, answers, finding, repo  # noqa: F401 
 
 from tide_dspy.backbones import describe_lm, get_lm
 from tide_dspy.util.secrets import scrub_secrets
-from tide_dspy.cli import discover_cmd, optimize_cmd
 from tide_dspy.cli.common import command_line
 from tide_dspy.tracking import record_provenance
 from tide_dspy.cli.main import main
@@ -162,7 +161,7 @@ def test_an_unknown_charset_is_decoded_with_a_fallback_and_recorded(tmp_path):
 
 def test_a_run_where_every_round_failed_says_so_and_exits_3(repo, tmp_path, monkeypatch, capsys):
     garbage = DummyLM([{"not_findings": "oops"}] * 40)
-    monkeypatch.setattr(discover_cmd, "lm_from_args", lambda args: garbage)
+    dspy.configure(lm=garbage)
     out = tmp_path / "report"
     rc = main(["discover", "repo", str(repo), "--rounds", "2", "--out", str(out), "--backbone", "none-shipped"])
     assert rc == 3
@@ -231,7 +230,7 @@ def test_query_string_credentials_and_headers_are_scrubbed_everywhere(tmp_path, 
     lm = get_lm("openai-compatible", api_base=base)
     assert SECRET not in json.dumps(describe_lm(lm)) and "x=1" in describe_lm(lm)["api_base"]
     # evaluate's config.json, from the CLI (its command line names --api-base)
-    monkeypatch.setattr(optimize_cmd, "lm_from_args", lambda args: empty_lm())
+    dspy.configure(lm=empty_lm())
     out = tmp_path / "eval"
     rc = main(["evaluate", "--method", "iter", "--setting", "workspace", "--data", str(HOSTILE / "two-records.jsonl"),
                "--rounds", "1", "--out", str(out), "--no-track", "--api-base", base])
@@ -327,11 +326,10 @@ def test_an_unknown_model_uri_is_a_clear_error(tmp_path, monkeypatch):
 
 
 def test_out_pointing_at_a_file_is_refused_before_any_lm_work(repo, tmp_path, monkeypatch, capsys):
-    def no_lm(args):
+    def no_lm(*args, **kwargs):
         raise AssertionError("the LM was built before --out was checked")
 
-    monkeypatch.setattr(discover_cmd, "lm_from_args", no_lm)
-    monkeypatch.setattr(optimize_cmd, "lm_from_args", no_lm)
+    monkeypatch.setattr("tide_dspy.backbones.options.get_lm", no_lm)
     taken = tmp_path / "taken"
     taken.write_text("a file\n")
     assert main(["discover", "repo", str(repo), "--out", str(taken)]) == 2

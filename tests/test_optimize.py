@@ -211,7 +211,6 @@ def test_cli_distill_compile_tune_evaluate_with_mlflow(tmp_path, monkeypatch, ca
     import mlflow
     from mlflow import MlflowClient
 
-    from tide_dspy.cli import optimize_cmd
     from tide_dspy.cli.main import main
 
     data_root = FIXTURE_DATA
@@ -220,7 +219,7 @@ def test_cli_distill_compile_tune_evaluate_with_mlflow(tmp_path, monkeypatch, ca
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     monkeypatch.setenv("TIDE_DATA", str(data_root))
-    monkeypatch.setattr(optimize_cmd, "lm_from_args", lambda args: RoutedLM(workspace, instruction="Compiled instruction."))
+    dspy.configure(lm=RoutedLM(workspace, instruction="Compiled instruction."))
     common = ["--setting", "workspace", "--backbone", "dummy"]
 
     assert main(["distill", *common]) == 0
@@ -284,7 +283,6 @@ def test_cli_distill_compile_tune_evaluate_with_mlflow(tmp_path, monkeypatch, ca
 def test_cli_distill_writes_nothing_when_no_template_passes_the_check(tmp_path, monkeypatch, capsys, train):
     from dspy.utils.dummies import DummyLM
 
-    from tide_dspy.cli import optimize_cmd
     from tide_dspy.cli.main import main
 
     data_root = FIXTURE_DATA
@@ -293,7 +291,7 @@ def test_cli_distill_writes_nothing_when_no_template_passes_the_check(tmp_path, 
                           "evidence_flow": ["find the request still pending in the tracker"]}}
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("TIDE_DATA", str(data_root))
-    monkeypatch.setattr(optimize_cmd, "lm_from_args", lambda args: DummyLM([leaky, leaky]))
+    dspy.configure(lm=DummyLM([leaky, leaky]))
     code = main(["distill", "--setting", "workspace", "--backbone", "dummy", "--max-cases", "1", "--attempts", "2",
                  "--no-track"])
     captured = capsys.readouterr()

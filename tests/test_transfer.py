@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import dspy
+
 from routed_lm import FIXTURE_DATA, RoutedLM, fixture_instances
 
 from tide_dspy.schemas import Template
@@ -35,11 +37,10 @@ def test_copied_tokens_counts_findings_that_repeat_a_templates_specific_tokens(w
 
 
 def test_transfer_runs_each_library_on_the_same_instances(tmp_path, monkeypatch):
-    from tide_dspy.cli import optimize_cmd
 
     transfer = load_script("transfer")
     workspace = fixture_instances("workspace")
-    monkeypatch.setattr(optimize_cmd, "lm_from_args", lambda args: RoutedLM(workspace))
+    dspy.configure(lm=RoutedLM(workspace))
     monkeypatch.setenv("TIDE_DATA", str(FIXTURE_DATA))
     paths = {}
     for label, name in (("old", "Quote Q-4471 expires"), ("new", "Approval never recorded")):

@@ -13,10 +13,10 @@ import tempfile
 import time
 from pathlib import Path
 
+import dspy
 import pytest
 from dspy.utils.dummies import DummyLM
 
-from tide_dspy.cli import discover_cmd, optimize_cmd
 from tide_dspy.cli.main import main
 from tide_dspy.data.candidates import parse_candidates, python_files
 from tide_dspy.product import discover_repository, write_report
@@ -237,7 +237,7 @@ def test_command_not_found_is_a_clear_error(repo, scratch, monkeypatch, capsys):
     with pytest.raises(VerifyError, match="'no-such-test-runner' was not found on PATH"):
         Verifier(repo, "no-such-test-runner -q")
     assert list(scratch.iterdir()) == []
-    monkeypatch.setattr(discover_cmd, "lm_from_args", lambda args: DummyLM([]))
+    dspy.configure(lm=DummyLM([]))
     assert main(["discover", "repo", str(repo), "--verify", "./run-tests.sh", "--out", str(repo.parent / "o")]) == 2
     assert "'./run-tests.sh' was not found; give its full path" in capsys.readouterr().err
     assert main(["discover", "repo", str(repo), "--verify", "", "--out", str(repo.parent / "o")]) == 2
@@ -329,7 +329,7 @@ def test_evaluate_reports_execution_based_resolution(repo, tmp_path, monkeypatch
         finding("mean divides by n - 1", ["calc/ops.py::mean"], MEAN_FIX),
         finding("shout lower-cases", ["calc/text.py::shout"], SHOUT_WRONG),
     ])}, {"findings": "[]"}])
-    monkeypatch.setattr(optimize_cmd, "lm_from_args", lambda args: lm)
+    dspy.configure(lm=lm)
     out = tmp_path / "eval"
     rc = main(["evaluate", "--setting", "repository", "--data", str(data), "--method", "iter", "--per-round", "2",
                "--rounds", "2", "--judge", "proxy", "--no-track", "--out", str(out), "--verify-repo", str(repo),

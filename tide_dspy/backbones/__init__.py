@@ -1,5 +1,6 @@
 """Backbones: named DSPy LMs (hosted, openai-compatible servers) and the embedded llama.cpp default."""
 
+from tide_dspy.backbones.options import LMOptions, lm_from_options
 from tide_dspy.backbones.registry import (
     BACKBONES,
     DEFAULT_BACKBONE,
@@ -12,4 +13,4 @@ from tide_dspy.backbones.registry import (
     serializes_calls,
 )
 
-__all__ = ["BACKBONES", "DEFAULT_BACKBONE", "Backbone", "adapter_for", "describe_lm", "get_lm", "lm_context", "resolve", "serializes_calls"]
+__all__ = ["BACKBONES", "DEFAULT_BACKBONE", "Backbone", "LMOptions", "adapter_for", "describe_lm", "get_lm", "lm_context", "lm_from_options", "resolve", "serializes_calls"]

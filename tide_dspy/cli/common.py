@@ -57,17 +57,6 @@ def add_lm_options(parser: argparse.ArgumentParser) -> None:
                              "default), llama.cpp (python -m llama_cpp.server), off (default: $TIDE_SERVER_SCHEMA)")
 
 
-def lm_from_args(args: argparse.Namespace, backbone: str | None = None):
-    """`backbones.get_lm` (the one LM factory) for `backbone` (default: --backbone), with the LM options mapped to
-    its keywords. The adapter is not chosen here: the library scopes it around its calls (backbones.lm_context).
-    Tests replace this function to inject a DummyLM."""
-    from tide_dspy.backbones import get_lm
-
-    return get_lm(backbone or args.backbone, api_base=args.api_base, temperature=args.temperature,
-                  max_tokens=args.max_tokens, num_threads=args.threads,
-                  **({"server_schema": args.server_schema} if getattr(args, "server_schema", None) else {}))
-
-
 def command_line(args: argparse.Namespace) -> str:
     """An equivalent command line, every option spelled out (defaults included), for provenance records; credentials
     in URLs are scrubbed."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from tide_dspy.cli.common import add_lm_options, count, lm_from_args, positive_int
+from tide_dspy.cli.common import add_lm_options, count, positive_int
 from tide_dspy.schemas import SETTING_NAMES
 
 
@@ -71,9 +71,10 @@ def run_build_repo(args: argparse.Namespace) -> int:
 
 
 def run_generate_workspace(args: argparse.Namespace) -> int:
+    from tide_dspy.backbones import LMOptions, lm_from_options
     from tide_dspy.data.workspace_generator import generate_workspaces
 
-    lm = lm_from_args(args)
+    lm = lm_from_options(LMOptions.from_namespace(args))
     written = generate_workspaces(lm, n=args.n, out=args.out, split=args.split, seed=args.seed,
                                   retries=args.retries)
     print(f"wrote {written} workspace(s) to {args.out}")

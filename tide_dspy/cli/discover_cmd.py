@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from tide_dspy.cli.common import add_lm_options, check_output_folder, lm_from_args, positive_int
+from tide_dspy.backbones import LMOptions, lm_from_options
+from tide_dspy.cli.common import add_lm_options, check_output_folder, positive_int
 
 
 def _add_run_options(parser: argparse.ArgumentParser) -> None:
@@ -77,7 +78,7 @@ def _report(result, args: argparse.Namespace) -> int:
 
 def _common(args: argparse.Namespace) -> dict:
     check_output_folder(args.out)
-    return dict(lm=lm_from_args(args), backbone=args.backbone, program=args.program, templates=args.templates,
+    return dict(lm=lm_from_options(LMOptions.from_namespace(args)), backbone=args.backbone, program=args.program, templates=args.templates,
                 rounds=args.rounds, per_round=args.per_round, max_context_tokens=args.max_context_tokens,
                 scan=scan_focus(args), progress=lambda line: print(line, flush=True))
 

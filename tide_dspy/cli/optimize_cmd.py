@@ -11,8 +11,9 @@ import argparse
 import sys
 
 from tide_dspy import workflows
+from tide_dspy.backbones import LMOptions, lm_from_options
 from tide_dspy.cli.common import (add_data_options, add_output_options, add_program_options, add_split_options,
-                                  add_workers_option, check_output_folder, command_line, count, lm_from_args,
+                                  add_workers_option, check_output_folder, command_line, count,
                                   positive_int)
 from tide_dspy.evaluation import format_table
 
@@ -103,7 +104,7 @@ def _selection(args: argparse.Namespace) -> workflows.Selection:
 def _common(args: argparse.Namespace) -> dict:
     """The options every step takes: its instances, its LM (made once the inputs check out), where it writes and
     how it is tracked."""
-    return dict(lm=lambda: lm_from_args(args), backbone=args.backbone, judge=args.judge, programs=args.programs,
+    return dict(lm=lambda: lm_from_options(LMOptions.from_namespace(args)), backbone=args.backbone, judge=args.judge, programs=args.programs,
                 tracking=workflows.Tracking(enabled=not args.no_track, uri=args.tracking_uri,
                                             command_line=command_line(args)))
 
