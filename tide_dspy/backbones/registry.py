@@ -17,6 +17,8 @@ from urllib.parse import urlsplit
 import dspy
 from dspy.clients.base_lm import LM_CLASS_STATE_KEY
 
+from tide_dspy.backbones.providers import (ANTHROPIC_SONNET_45, DASHSCOPE_QWEN_36_FLASH, GEMINI_35_FLASH,
+                                          OPENAI_GPT5_MINI, UNKNOWN, ProviderRules)
 from tide_dspy.backbones.llamacpp import DEFAULT_MAX_TOKENS, DEFAULT_N_CTX, LlamaCppEngine
 from tide_dspy.backbones.served import ServedEngine
 from tide_dspy.util.secrets import scrub_secrets
@@ -36,6 +38,7 @@ class Backbone:
     # `tide discover` scans first with this focus size unless told otherwise (--scan N / --no-scan); set only
     # where the scan was measured to rank gold evidence above both chance floors (experiments/README.md).
     discover_scan: int | None = None
+    rules: ProviderRules = UNKNOWN  # what the provider accepts and charges (backbones.providers)
 
 
 BACKBONES: dict[str, Backbone] = {b.name: b for b in (
@@ -43,11 +46,13 @@ BACKBONES: dict[str, Backbone] = {b.name: b for b in (
     Backbone("local-small", "local", "qwen2.5-coder-0.5b-instruct", note="Qwen2.5-Coder 0.5B, llama.cpp in-process"),
     # OpenAI reasoning models accept only temperature 1.0 and max_tokens >= 16000 (enforced by dspy.LM).
     Backbone("gpt-5-mini", "hosted", "openai/gpt-5-mini", "OPENAI_API_KEY",
-             defaults=dict(temperature=1.0, max_tokens=16000)),
-    Backbone("claude-sonnet-4.5", "hosted", "anthropic/claude-sonnet-4-5", "ANTHROPIC_API_KEY"),
-    Backbone("gemini-3.5-flash", "hosted", "gemini/gemini-3.5-flash", "GEMINI_API_KEY"),
+             defaults=dict(temperature=1.0, max_tokens=16000), rules=OPENAI_GPT5_MINI),
+    Backbone("claude-sonnet-4.5", "hosted", "anthropic/claude-sonnet-4-5", "ANTHROPIC_API_KEY",
+             rules=ANTHROPIC_SONNET_45),
+    Backbone("gemini-3.5-flash", "hosted", "gemini/gemini-3.5-flash", "GEMINI_API_KEY", rules=GEMINI_35_FLASH),
     Backbone("qwen-3.6-flash", "hosted", "dashscope/qwen3.6-flash", "DASHSCOPE_API_KEY", verified=False,
-             note="Alibaba Model Studio id assumed; not in LiteLLM's model map here, so unverified"),
+             note="Alibaba Model Studio id assumed; not in LiteLLM's model map here, so unverified",
+             rules=DASHSCOPE_QWEN_36_FLASH),
     # Our own engine (backbones.served): it sends max_tokens (llama.cpp's server ignores max_completion_tokens)
     # and the output schema in the server's dialect.
     Backbone("openai-compatible", "openai-compatible", "openai-compatible", "TIDE_API_KEY",
