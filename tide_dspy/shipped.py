@@ -1,17 +1,27 @@
-"""Where the files shipped with tide-dspy live: `optimizers/` and `programs/` at the top of the checkout.
+"""Where the files shipped with tide-dspy live: the checkout's top-level `optimizers/` and `programs/`.
 
-They are found from this module's own location, never from the working directory: `tide` is run in strangers'
-folders, and a file there must not replace a shipped config or program. `pip install -e .` keeps the checkout in
-place, so both folders are found. A wheel carries the package only: then the folder above the package is
-site-packages, not a tide-dspy checkout (it has no tide-dspy pyproject.toml), nothing counts as shipped, and
-`--optimizer PATH.yaml`, `$TIDE_OPTIMIZERS`, `--program` and `--templates` name the files instead.
+In a checkout (`pip install -e .`) they are the folders beside the package; a wheel carries them inside the package
+as `tide_dspy/_shipped/{optimizers,programs}` (pyproject.toml maps them there). Either way they are found from this
+module's own location, never from the working directory: `tide` is run in strangers' folders, and a file there
+must not replace a shipped config or program.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from tide_dspy.util.paths import CHECKOUT_ROOT
 
-OPTIMIZERS_DIR = CHECKOUT_ROOT / "optimizers" if CHECKOUT_ROOT else None
-PROGRAMS_DIR = CHECKOUT_ROOT / "programs" if CHECKOUT_ROOT else None
-NOT_SHIPPED = ("this install has no tide-dspy checkout beside the package, so no shipped configs or programs "
-               "(install with `pip install -e .` from a checkout to get them)")
+
+def _shipped(name: str) -> Path | None:
+    if CHECKOUT_ROOT is not None:
+        return CHECKOUT_ROOT / name
+    packaged = Path(__file__).resolve().parent / "_shipped" / name
+    return packaged if packaged.is_dir() else None
+
+
+OPTIMIZERS_DIR = _shipped("optimizers")
+PROGRAMS_DIR = _shipped("programs")
+NOT_SHIPPED = ("this install carries no shipped configs or programs (neither a tide-dspy checkout beside the "
+               "package nor tide_dspy/_shipped inside it); reinstall tide-dspy, or name the files with --optimizer, "
+               "--program and --templates")

@@ -1,0 +1,27 @@
+"""The wheel's contents: every subpackage, and the shipped programs and optimizer configs."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def pyproject() -> dict:
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())
+
+
+def test_every_subpackage_is_listed_for_the_wheel():
+    listed = {p for p in pyproject()["tool"]["setuptools"]["packages"] if not p.startswith("tide_dspy._shipped")}
+    found = {".".join(init.parent.relative_to(ROOT).parts) for init in (ROOT / "tide_dspy").rglob("__init__.py")}
+    assert listed == found
+
+
+def test_the_shipped_folders_map_to_the_top_level_programs_and_optimizers():
+    setuptools = pyproject()["tool"]["setuptools"]
+    assert setuptools["package-dir"] == {"tide_dspy._shipped.programs": "programs",
+                                         "tide_dspy._shipped.optimizers": "optimizers"}
+    shipped = [p for p in (ROOT / "programs").rglob("*") if p.is_file()]
+    assert {p.suffix for p in shipped} <= {".json", ".jsonl"}
+    assert {p.suffix for p in (ROOT / "optimizers").iterdir()} == {".yaml"}
