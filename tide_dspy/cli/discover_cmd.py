@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from tide_dspy.backbones import LMOptions, lm_from_options
-from tide_dspy.cli.common import add_lm_options, check_output_folder, positive_int
+from tide_dspy.cli.common import add_lm_options, check_output_folder, positive_float, positive_int
 
 
 def _add_run_options(parser: argparse.ArgumentParser) -> None:
@@ -45,9 +45,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                            "unpatched and then with each patch that applies, and report which patches fix tests; "
                            "this EXECUTES the project's code")
     # Defaults live in tide_dspy.product.verify (120 s and 900 s), which is imported only when a command runs.
-    repo.add_argument("--verify-timeout", type=float, default=None, metavar="S",
+    repo.add_argument("--verify-timeout", type=positive_float, default=None, metavar="S",
                       help="seconds one test run may take before its process group is killed (default 120)")
-    repo.add_argument("--verify-total", type=float, default=None, metavar="S",
+    repo.add_argument("--verify-total", type=positive_float, default=None, metavar="S",
                       help="seconds all test runs together may take (default 900)")
     _add_run_options(repo)
     repo.set_defaults(func=run_repo)

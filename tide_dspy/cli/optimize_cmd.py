@@ -14,7 +14,7 @@ from tide_dspy import workflows
 from tide_dspy.backbones import LMOptions, lm_from_options
 from tide_dspy.cli.common import (add_data_options, add_output_options, add_program_options, add_split_options,
                                   add_workers_option, check_output_folder, command_line, count,
-                                  positive_int)
+                                  percentage, positive_float, positive_int)
 from tide_dspy.evaluation import format_table
 
 
@@ -25,7 +25,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     d.add_argument("--attempts", type=positive_int, default=3,
                    help="dspy.Refine attempts per case until the abstraction check passes; a template that still "
                         "fails is dropped and counted (default: 3)")
-    d.add_argument("--merge-threshold", type=float, default=80.0,
+    d.add_argument("--merge-threshold", type=percentage, default=80.0,
                    help="rapidfuzz token-set similarity (0-100) of name and of pattern at which templates merge")
     d.add_argument("--max-templates", type=positive_int, default=32,
                    help="cap on the library size, so it fits the context (default: 32; the paper's hold a few dozen)")
@@ -88,7 +88,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "with the matched finding's patch, in a temporary copy (this EXECUTES the repository's code)")
     e.add_argument("--verify-command", default=None, metavar="CMD",
                    help="pytest command the node ids are appended to (default: python -m pytest -q -p no:cacheprovider)")
-    e.add_argument("--verify-timeout", type=float, default=None, metavar="S", help="seconds per test run (default 120)")
+    e.add_argument("--verify-timeout", type=positive_float, default=None, metavar="S", help="seconds per test run (default 120)")
     add_output_options(e)
     e.set_defaults(func=run_evaluate)
 
