@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import math
 import shlex
+import sys
 from pathlib import Path
 
 from tide_dspy.schemas import SETTING_NAMES
@@ -63,6 +64,38 @@ def _float_in(text: str, low: float, high: float, open_low: bool = False, open_h
         upper = "" if math.isinf(high) else f" and {'below' if open_high else 'at most'} {high:g}"
         raise argparse.ArgumentTypeError(f"must be {lower}{upper}, got {text}")
     return value
+
+
+def add_sandbox_options(p: argparse.ArgumentParser, needs: str) -> None:
+    """How the tests of --verify / --verify-repo are boxed (tide_dspy.sandbox); `needs` names the option they
+    go with."""
+    p.add_argument("--verify-unsandboxed", action="store_true",
+                   help=f"with {needs}: run the tests without the bubblewrap sandbox, as you, with your files, "
+                        "keys and network in reach (for machines without bubblewrap; see docs/safety.md)")
+    p.add_argument("--verify-limit", action="append", default=[], metavar="NAME=VALUE",
+                   help=f"with {needs}: raise or lower a limit of the sandbox: processes=256, memory=4G (address "
+                        "space per process), file-size=1G (also the size of its /tmp and $HOME), cpu=600 (CPU "
+                        "seconds per process), or NAME=unlimited; repeatable")
+    p.add_argument("--verify-env", action="append", default=[], metavar="NAME",
+                   help=f"with {needs}: also pass this environment variable to the tests (they get PATH, LANG, "
+                        "LC_*, TZ, PYTHON* and PYTEST_* that do not look secret, and nothing else); repeatable")
+    p.add_argument("--verify-read", action="append", default=[], metavar="DIR",
+                   help=f"with {needs}: also let the tests read this folder (read-only), e.g. data or a toolchain "
+                        "outside your Python installation; repeatable")
+
+
+def sandbox_options(args: argparse.Namespace, given: bool, needs: str):
+    """The SandboxOptions of the options above; an error when one is set without `needs`. Unsandboxed runs print
+    what they risk."""
+    from tide_dspy.sandbox import UNSANDBOXED_RISK, Limits, SandboxOptions
+
+    used = args.verify_unsandboxed or args.verify_limit or args.verify_env or args.verify_read
+    if used and not given:
+        raise ValueError(f"--verify-unsandboxed, --verify-limit, --verify-env and --verify-read need {needs}")
+    if args.verify_unsandboxed and given:
+        print(f"tide: warning: {UNSANDBOXED_RISK}", file=sys.stderr)
+    return SandboxOptions(unsandboxed=args.verify_unsandboxed, limits=Limits.parse(args.verify_limit),
+                          env=tuple(args.verify_env), read_only=tuple(args.verify_read))
 
 
 def check_output_folder(path: str | Path, option: str = "--out") -> Path:
