@@ -119,6 +119,9 @@ import json, os, socket, subprocess, sys, time
 import pytest
 
 log = {}
+# A child in a session of its own that waits for pytest to end, then writes LATE into the working directory.
+OUTLIVE = ("import os, time\nwhile os.path.exists('/proc/PARENT'):\n    time.sleep(0.1)\n"
+           "time.sleep(1)\nopen('LATE', 'w').write('outlived the run')")
 
 
 def attempt(name, fn):
@@ -178,8 +181,7 @@ attempt("key", lambda: open(os.path.expanduser("~/.ssh/id_rsa")).read())
 attempt("environ", environments)
 attempt("connect", lambda: socket.create_connection(("127.0.0.1", PORT), timeout=2).close())
 attempt("setsid", lambda: subprocess.Popen(
-    [sys.executable, "-c", "import time; time.sleep(2); open('LATE', 'w').write('outlived the run')"],
-    start_new_session=True, cwd=os.getcwd()).pid)
+    [sys.executable, "-c", OUTLIVE.replace("PARENT", str(os.getpid()))], start_new_session=True, cwd=os.getcwd()).pid)
 attempt("fork", fork_many)
 with open("attack.json", "w") as f:
     json.dump(log, f)
@@ -313,11 +315,12 @@ def test_a_setsid_child_dies_with_the_sandbox(tmp_path):
     tree = tmp_path / "tree"
     tree.mkdir()
     late = tree / "LATE"
-    child = f"import time; time.sleep(2); open({str(late)!r}, 'w').write('outlived the run')"
-    run_python(tree, f"import subprocess, sys; subprocess.Popen([sys.executable, '-c', {child!r}], "
-                     "start_new_session=True); print('left a child')")
+    child = ("import os, sys, time\nwhile os.path.exists(f'/proc/{sys.argv[1]}'):\n    time.sleep(0.1)\n"
+             f"time.sleep(1)\nopen({str(late)!r}, 'w').write('outlived the run')")
+    out = run_python(tree, f"import os, subprocess, sys; subprocess.Popen([sys.executable, '-c', {child!r}, "
+                           "str(os.getpid())], start_new_session=True); print('left a child')")
     time.sleep(4)
-    assert not late.exists()
+    assert "left a child" in out and not late.exists()
 
 
 @needs_bwrap

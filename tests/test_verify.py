@@ -314,8 +314,10 @@ def test_output_is_capped_to_its_tail(tmp_path):
 @needs_bwrap
 def test_timeout_kills_the_command_and_its_children(tmp_path):
     marker = tmp_path / "child-was-here"
-    child = f"import time; time.sleep(3); open({str(marker)!r}, 'w')"
-    script = f"import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', {child!r}]); time.sleep(60)"
+    child = (f"import os, sys, time\nwhile os.path.exists(f'/proc/{{sys.argv[1]}}'):\n    time.sleep(0.1)\n"
+             f"open({str(marker)!r}, 'w')")  # written once its parent is gone, were it still alive
+    script = ("import os, subprocess, sys, time; "
+              f"subprocess.Popen([sys.executable, '-c', {child!r}, str(os.getpid())]); time.sleep(60)")
     started = time.monotonic()
     run = run_tests([sys.executable, "-c", script], tmp_path, 1, sandbox=Sandbox(tmp_path, [sys.executable]))
     assert run.timed_out and run.returncode is None and time.monotonic() - started < 10
