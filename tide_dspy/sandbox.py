@@ -307,8 +307,9 @@ def readable_paths(argv: list[str], root: Path, env: dict[str, str], extra: tupl
     home = Path(os.path.expanduser("~")).resolve()
     keep: list[Path] = []
     for p in sorted({Path(os.path.normpath(p.absolute())) for p in wanted}, key=lambda p: len(p.parts)):
-        hidden = (_inside(root, p) or _inside(home, p) or _inside(p, root / ".git") or _system(p)
-                  or not p.exists() or any(_inside(p, k) for k in keep))
+        real = p.resolve()  # bwrap follows links: what a path shows is its target
+        hidden = (any(_inside(root, q) or _inside(home, q) or _inside(q, root / ".git") for q in (p, real))
+                  or _system(p) or not p.exists() or any(_inside(p, k) for k in keep))
         if not hidden:
             keep.append(p)
     return keep
