@@ -20,8 +20,13 @@ from dspy.utils.dummies import DummyLM
 from tide_dspy.cli.main import main
 from tide_dspy.data.candidates import parse_candidates, python_files
 from tide_dspy.product import discover_repository, write_report
-from tide_dspy.product.verify import (BREAKS, NO_CHANGE, NOT_RUN, TIMED_OUT, VERIFIED, Verifier, VerifyError,
-                                       classify, nodeid_key, run_tests)
+from tide_dspy.product.verify import (BREAKS, FLAGGED, NO_CHANGE, NOT_RUN, TIMED_OUT, VERIFIED, Verifier,
+                                       VerifyError, classify)
+from tide_dspy.sandbox import Sandbox, nodeid_key, run_tests, sandbox_unavailable
+
+# The runs happen inside bubblewrap; where it cannot run, so do these tests not (tests/test_sandbox.py checks
+# that --verify then refuses).
+needs_bwrap = pytest.mark.skipif(sandbox_unavailable() is not None, reason=f"no sandbox: {sandbox_unavailable()}")
 
 FIXTURE = Path(__file__).parent / "fixtures" / "verify_repo"
 PYTEST = f"{shlex.quote(sys.executable)} -m pytest -q -p no:cacheprovider"
@@ -148,6 +153,7 @@ def scratch(tmp_path, monkeypatch) -> Path:
 
 # ---- the run ----
 
+@needs_bwrap
 def test_verify_classifies_each_patch_and_leaves_the_tree_untouched(repo, scratch, tmp_path):
     before = (tree_digest(repo), porcelain(repo))
     lm = DummyLM([{"findings": json.dumps(FOUR_FINDINGS)}, {"findings": "[]"}])
@@ -190,6 +196,7 @@ def test_verify_classifies_each_patch_and_leaves_the_tree_untouched(repo, scratc
     assert "class='applies'>verified: fixes 1" in paths["report.html"].read_text()
 
 
+@needs_bwrap
 def test_copy_is_what_git_lists_from_the_working_tree(repo, scratch):
     (repo / "calc" / "ops.py").write_text((repo / "calc" / "ops.py").read_text().replace("- 1)", "- 0)"))
     with Verifier(repo, PYTEST) as verifier:
@@ -202,6 +209,7 @@ def test_copy_is_what_git_lists_from_the_working_tree(repo, scratch):
                       "tests/test_ops.py", "tests/test_text.py"]
 
 
+@needs_bwrap
 def test_a_plain_folder_is_copied_without_links_out(tmp_path, scratch):
     root = tmp_path / "plain"
     shutil.copytree(FIXTURE, root)
@@ -216,6 +224,7 @@ def test_a_plain_folder_is_copied_without_links_out(tmp_path, scratch):
         assert os.readlink(verifier.pristine.tree / "inside_link.py") == "calc/ops.py"
 
 
+@needs_bwrap
 def test_a_command_other_than_pytest_is_one_check(repo, scratch):
     command = f"{shlex.quote(sys.executable)} -c 'import calc.ops as o; assert o.mean([1, 2, 3]) == 2'"
     with Verifier(repo, command) as verifier:
@@ -225,14 +234,46 @@ def test_a_command_other_than_pytest_is_one_check(repo, scratch):
     assert other.status == NO_CHANGE and other.returncode == 1
 
 
+# A patch that makes the failing test pass by editing the test itself, and a real fix that also adds a test.
+MEAN_TEST_REWRITE = """diff --git a/tests/test_ops.py b/tests/test_ops.py
+--- a/tests/test_ops.py
++++ b/tests/test_ops.py
+@@ -4,3 +4,3 @@
+ def test_mean():
+-    assert mean([1, 2, 3]) == 2
++    assert mean([1, 2, 3]) == 3
+ 
+"""
+
+
+@needs_bwrap
+def test_a_patch_that_edits_tests_is_flagged_never_verified_nor_first(repo, scratch):
+    lm = DummyLM([{"findings": json.dumps([
+        finding("the mean test expects the wrong value", ["calc/ops.py::mean"], MEAN_TEST_REWRITE),
+        finding("clamp bounds look swapped", ["calc/ops.py::clamp"], CLAMP_BREAK),
+        finding("mean divides by n - 1", ["calc/ops.py::mean"], MEAN_FIX),
+    ])}, {"findings": "[]"}])
+    result = discover_repository(repo, lm=lm, backbone="none-shipped", per_round=3, verify=PYTEST,
+                                 verify_timeout=30, progress=lambda line: None)
+    statuses = {f.description: v for f, v in zip(result.findings, result.verifications)}
+    rewrite = statuses["the mean test expects the wrong value"]
+    assert rewrite.status == FLAGGED and rewrite.fixed == ["tests.test_ops::test_mean"]
+    assert rewrite.label == ("not verified (flagged: touches tests: tests/test_ops.py; touches files outside the "
+                             "finding's evidence: tests/test_ops.py): fixes 1, breaks 0")
+    assert [v.status for v in result.verifications] == [VERIFIED, FLAGGED, BREAKS]
+    assert "1/3 tested patches fix a test" in result.summary_line()
+
+
+@needs_bwrap
 def test_total_time_limit_leaves_later_patches_unrun(repo, scratch):
     with Verifier(repo, PYTEST, total_timeout=0.5) as verifier:
-        verifier.baseline = run_tests(verifier.argv, verifier.pristine.tree, 30)
+        verifier.baseline = run_tests(verifier.argv, verifier.pristine.tree, 30, sandbox=verifier.sandbox)
         assert verifier.verify(MEAN_FIX).label == "not run: the total --verify time limit was used up"
 
 
 # ---- bounds ----
 
+@needs_bwrap
 def test_command_not_found_is_a_clear_error(repo, scratch, monkeypatch, capsys):
     with pytest.raises(VerifyError, match="'no-such-test-runner' was not found on PATH"):
         Verifier(repo, "no-such-test-runner -q")
@@ -246,54 +287,42 @@ def test_command_not_found_is_a_clear_error(repo, scratch, monkeypatch, capsys):
     assert "need --verify CMD" in capsys.readouterr().err
 
 
-def test_secrets_are_removed_from_the_test_environment(tmp_path, monkeypatch):
+@needs_bwrap
+def test_the_test_environment_is_an_allow_list(tmp_path, monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-do-not-leak")
     monkeypatch.setenv("GITHUB_TOKEN", "ghp-do-not-leak")
     monkeypatch.setenv("DATABASE_URL", "postgres://me:hunter2@db.example.org/x")
-    monkeypatch.setenv("TIDE_PLAIN_SETTING", "kept")
-    run = run_tests([sys.executable, "-c", "import os; print(sorted(os.environ.items()))"], tmp_path, 30)
+    monkeypatch.setenv("TIDE_PLAIN_SETTING", "not on the list")
+    monkeypatch.setenv("PYTHONHASHSEED", "7")
+    monkeypatch.setenv("PYTHON_SECRET_TOKEN", "do-not-leak")
+    run = run_tests([sys.executable, "-c", "import os; print(sorted(os.environ))"], tmp_path, 30,
+                    sandbox=Sandbox(tmp_path, [sys.executable]))
     assert run.passed
-    assert "do-not-leak" not in run.output and "hunter2" not in run.output
-    assert "OPENAI_API_KEY" not in run.output and "GITHUB_TOKEN" not in run.output
-    assert "('TIDE_PLAIN_SETTING', 'kept')" in run.output and "db.example.org" in run.output
+    names = set(eval(run.output))
+    assert {"OPENAI_API_KEY", "GITHUB_TOKEN", "DATABASE_URL", "TIDE_PLAIN_SETTING", "PYTHON_SECRET_TOKEN"}.isdisjoint(names)
+    assert {"PATH", "HOME", "TMPDIR", "PYTHONHASHSEED"} <= names
 
 
+@needs_bwrap
 def test_output_is_capped_to_its_tail(tmp_path):
     script = "import sys; sys.stdout.write('x' * 1_000_000); sys.stdout.write('THE END')"
-    run = run_tests([sys.executable, "-c", script], tmp_path, 30, output_cap=1000)
+    run = run_tests([sys.executable, "-c", script], tmp_path, 30, output_cap=1000,
+                    sandbox=Sandbox(tmp_path, [sys.executable]))
     assert run.output_bytes == 1_000_007 and len(run.output) == 1000 and run.output.endswith("THE END")
 
 
-def test_timeout_kills_the_whole_process_group(tmp_path):
-    pid_file = tmp_path / "child.pid"
-    script = ("import subprocess, sys, time; "
-              "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
-              f"open({str(pid_file)!r}, 'w').write(str(p.pid)); time.sleep(60)")
+@needs_bwrap
+def test_timeout_kills_the_command_and_its_children(tmp_path):
+    marker = tmp_path / "child-was-here"
+    child = (f"import os, sys, time\nwhile os.path.exists(f'/proc/{{sys.argv[1]}}'):\n    time.sleep(0.1)\n"
+             f"open({str(marker)!r}, 'w')")  # written once its parent is gone, were it still alive
+    script = ("import os, subprocess, sys, time; "
+              f"subprocess.Popen([sys.executable, '-c', {child!r}, str(os.getpid())]); time.sleep(60)")
     started = time.monotonic()
-    run = run_tests([sys.executable, "-c", script], tmp_path, 2)
+    run = run_tests([sys.executable, "-c", script], tmp_path, 1, sandbox=Sandbox(tmp_path, [sys.executable]))
     assert run.timed_out and run.returncode is None and time.monotonic() - started < 10
-    child = int(pid_file.read_text())
-    for _ in range(50):  # the orphaned child is reaped by init shortly after the kill
-        try:
-            os.kill(child, 0)
-        except ProcessLookupError:
-            break
-        time.sleep(0.1)
-    else:
-        pytest.fail(f"the test command's child {child} survived the timeout")
-
-
-def test_a_child_that_leaves_the_group_does_not_hang_the_run(tmp_path):
-    pid_file = tmp_path / "daemon.pid"
-    script = ("import subprocess, sys; "
-              "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'], start_new_session=True); "
-              f"open({str(pid_file)!r}, 'w').write(str(p.pid)); print('started')")
-    started = time.monotonic()
-    try:
-        run = run_tests([sys.executable, "-c", script], tmp_path, 30)
-        assert run.passed and run.output.strip() == "started" and time.monotonic() - started < 20
-    finally:
-        os.kill(int(pid_file.read_text()), 9)
+    time.sleep(4)
+    assert not marker.exists()
 
 
 def test_classify_and_node_ids():
@@ -321,6 +350,7 @@ def instance_record(repo: Path) -> dict:
     }
 
 
+@needs_bwrap
 def test_evaluate_reports_execution_based_resolution(repo, tmp_path, monkeypatch, capsys):
     data = tmp_path / "calc.jsonl"
     data.write_text(json.dumps(instance_record(repo)) + "\n")
@@ -347,6 +377,53 @@ def test_evaluate_reports_execution_based_resolution(repo, tmp_path, monkeypatch
     assert runs["calc-shout"]["failing"] == ["tests/test_text.py::test_shout"]
     summary = json.loads((out / "summary.json").read_text())
     assert summary["execution"] == {"resolved": 1, "problems": 2, "rate": 0.5, "instances": 1}
+
+
+# Written against the tree with the problem's test patch, as by a model that saw the failing test: it makes the
+# fail_to_pass test expect the bug.
+SHOUT_TEST_REWRITE = """diff --git a/tests/test_text.py b/tests/test_text.py
+--- a/tests/test_text.py
++++ b/tests/test_text.py
+@@ -8,2 +8,2 @@
+ def test_shout():
+-    assert shout("Hi") == "HI"
++    assert shout("Hi") == "hi"
+"""
+# A real fix of shout that also edits a line of the test file that the test patch rewrites too.
+SHOUT_FIX_AND_TEST_EDIT = SHOUT_FIX + """diff --git a/tests/test_text.py b/tests/test_text.py
+--- a/tests/test_text.py
++++ b/tests/test_text.py
+@@ -1,2 +1,2 @@
+-from calc.text import whisper
++from calc.text import whisper  # noqa
+ 
+"""
+
+
+def execution_runs(repo: Path, tmp_path: Path, patch: str) -> dict:
+    from tide_dspy.data.records import instance_from_record
+    from tide_dspy.metrics.execution import ExecutionJudge
+    from tide_dspy.schemas import Finding
+
+    instance = instance_from_record(instance_record(repo))
+    found = [Finding(description="shout lower-cases", evidence=["calc/text.py::shout"], patch=patch)]
+    judged = ExecutionJudge(repo, PYTEST, timeout=60)(instance, found)
+    return {r["problem_id"]: r for r in judged["runs"]}
+
+
+@needs_bwrap
+def test_verify_repo_applies_the_test_patch_after_the_models_patch(repo, tmp_path, scratch):
+    shout = execution_runs(repo, tmp_path, SHOUT_TEST_REWRITE)["calc-shout"]
+    assert shout["status"] != "resolved"
+    assert shout["status"].startswith("patch does not apply")  # it only fits the tests it rewrote
+
+
+@needs_bwrap
+def test_verify_repo_restores_the_test_files_before_the_test_patch(repo, tmp_path, scratch):
+    shout = execution_runs(repo, tmp_path, SHOUT_FIX_AND_TEST_EDIT)["calc-shout"]
+    assert shout["failing"] == []  # the problem's own tests ran, and the fix passes them
+    assert shout["status"] == "flagged" and shout["concerns"] == [
+        "touches tests: tests/test_text.py", "touches files outside the finding's evidence: tests/test_text.py"]
 
 
 def test_evaluate_verify_repo_needs_the_repository_setting_a_clone_and_pytest(repo, tmp_path, capsys):

@@ -22,6 +22,7 @@ from tide_dspy.discovery import ChanceBaseline
 from tide_dspy.domains import get_setting
 from tide_dspy.evaluation import EvaluationResult, data_path, evaluate, read_rows, select_instances
 from tide_dspy.programs import build_program, load_program, method_of, program_dir, save_program
+from tide_dspy.sandbox import SandboxOptions
 from tide_dspy.schemas import Instance
 from tide_dspy.tracking import dataset_hash, model_name, register_program, tracked_run
 from tide_dspy.util.jsonio import write_json
@@ -338,6 +339,7 @@ class Verification(BaseModel):
     repo: str | None = None
     command: str | None = None
     timeout: float | None = None
+    sandbox: SandboxOptions = SandboxOptions()
 
     def judge(self, setting: str):
         """The ExecutionJudge, or None without a repo."""
@@ -350,7 +352,7 @@ class Verification(BaseModel):
         from tide_dspy.metrics.execution import DEFAULT_TEST_COMMAND, ExecutionJudge
 
         options = {"timeout": self.timeout} if self.timeout else {}
-        return ExecutionJudge(self.repo, self.command or DEFAULT_TEST_COMMAND, **options)
+        return ExecutionJudge(self.repo, self.command or DEFAULT_TEST_COMMAND, sandbox=self.sandbox, **options)
 
 
 class EvaluationRun(BaseModel):

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import math
 import shlex
+import sys
 from pathlib import Path
 
 from tide_dspy.schemas import SETTING_NAMES
@@ -29,6 +31,73 @@ def _int_at_least(text: str, low: int) -> int:
     return value
 
 
+def positive_float(text: str) -> float:
+    """An argparse type: a finite number above 0 (seconds, ...); nan and inf are refused, since either would
+    switch a limit off."""
+    return _float_in(text, 0.0, math.inf, open_low=True)
+
+
+def non_negative_float(text: str) -> float:
+    """An argparse type: a finite number of at least 0."""
+    return _float_in(text, 0.0, math.inf)
+
+
+def fraction(text: str) -> float:
+    """An argparse type: a finite number strictly between 0 and 1."""
+    return _float_in(text, 0.0, 1.0, open_low=True, open_high=True)
+
+
+def percentage(text: str) -> float:
+    """An argparse type: a finite number from 0 to 100."""
+    return _float_in(text, 0.0, 100.0)
+
+
+def _float_in(text: str, low: float, high: float, open_low: bool = False, open_high: bool = False) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+    if value < low or (open_low and value == low) or value > high or (open_high and value == high):
+        lower = f"above {low:g}" if open_low else f"at least {low:g}"
+        upper = "" if math.isinf(high) else f" and {'below' if open_high else 'at most'} {high:g}"
+        raise argparse.ArgumentTypeError(f"must be {lower}{upper}, got {text}")
+    return value
+
+
+def add_sandbox_options(p: argparse.ArgumentParser, needs: str) -> None:
+    """How the tests of --verify / --verify-repo are boxed (tide_dspy.sandbox); `needs` names the option they
+    go with."""
+    p.add_argument("--verify-unsandboxed", action="store_true",
+                   help=f"with {needs}: run the tests without the bubblewrap sandbox, as you, with your files, "
+                        "keys and network in reach (for machines without bubblewrap; see docs/safety.md)")
+    p.add_argument("--verify-limit", action="append", default=[], metavar="NAME=VALUE",
+                   help=f"with {needs}: raise or lower a limit of the sandbox: processes=256, memory=4G (address "
+                        "space per process), file-size=1G (also the size of its /tmp and $HOME), cpu=600 (CPU "
+                        "seconds per process), or NAME=unlimited; repeatable")
+    p.add_argument("--verify-env", action="append", default=[], metavar="NAME",
+                   help=f"with {needs}: also pass this environment variable to the tests (they get PATH, LANG, "
+                        "LC_*, TZ, PYTHON* and PYTEST_* that do not look secret, and nothing else); repeatable")
+    p.add_argument("--verify-read", action="append", default=[], metavar="DIR",
+                   help=f"with {needs}: also let the tests read this folder (read-only), e.g. data or a toolchain "
+                        "outside your Python installation; repeatable")
+
+
+def sandbox_options(args: argparse.Namespace, given: bool, needs: str):
+    """The SandboxOptions of the options above; an error when one is set without `needs`. Unsandboxed runs print
+    what they risk."""
+    from tide_dspy.sandbox import UNSANDBOXED_RISK, Limits, SandboxOptions
+
+    used = args.verify_unsandboxed or args.verify_limit or args.verify_env or args.verify_read
+    if used and not given:
+        raise ValueError(f"--verify-unsandboxed, --verify-limit, --verify-env and --verify-read need {needs}")
+    if args.verify_unsandboxed and given:
+        print(f"tide: warning: {UNSANDBOXED_RISK}", file=sys.stderr)
+    return SandboxOptions(unsandboxed=args.verify_unsandboxed, limits=Limits.parse(args.verify_limit),
+                          env=tuple(args.verify_env), read_only=tuple(args.verify_read))
+
+
 def check_output_folder(path: str | Path, option: str = "--out") -> Path:
     """`path` as an output folder: it may not exist yet, but neither it nor a parent may be a file. Checked before
     any LM work, so a run is not lost at the end for want of a place to write."""
@@ -49,7 +118,7 @@ def add_lm_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--judge", default="proxy",
                         help="judge backbone for identification/resolution, or 'proxy' for the lexical proxy judge, or 'none'")
     parser.add_argument("--api-base", default=None, help="base URL for openai-compatible servers (vLLM, llama.cpp server)")
-    parser.add_argument("--temperature", type=float, default=None)
+    parser.add_argument("--temperature", type=non_negative_float, default=None)
     parser.add_argument("--max-tokens", type=positive_int, default=None)
     parser.add_argument("--threads", type=positive_int, default=None, help="CPU threads for the embedded backbone")
     parser.add_argument("--server-schema", default=None, choices=("json_schema", "llama.cpp", "off"),
@@ -117,5 +186,5 @@ def add_split_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--metric", default="retrieval-f1",
                    help="component[-kind]: retrieval|identification|resolution|mean, kind f1 (default)|coverage; "
                         "or scan-recall (with --scan: gold evidence among the scan's first N)")
-    p.add_argument("--val-fraction", type=float, default=0.25, help="held-out share of train used for validation")
+    p.add_argument("--val-fraction", type=fraction, default=0.25, help="held-out share of train used for validation")
     p.add_argument("--seed", type=int, default=0, help="seed of the train/validation split")

@@ -6,7 +6,8 @@ import argparse
 import sys
 
 from tide_dspy.backbones import LMOptions, lm_from_options
-from tide_dspy.cli.common import add_lm_options, check_output_folder, positive_int
+from tide_dspy.cli.common import (add_lm_options, add_sandbox_options, check_output_folder, positive_float,
+                                  positive_int, sandbox_options)
 
 
 def _add_run_options(parser: argparse.ArgumentParser) -> None:
@@ -43,12 +44,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     repo.add_argument("--verify", default=None, metavar="CMD",
                       help="run this test command (e.g. \"python -m pytest -q\") on a temporary copy of PATH, "
                            "unpatched and then with each patch that applies, and report which patches fix tests; "
-                           "this EXECUTES the project's code")
+                           "this EXECUTES the project's code and the model's patches, inside a bubblewrap sandbox "
+                           "(no network, none of your files; see docs/safety.md)")
     # Defaults live in tide_dspy.product.verify (120 s and 900 s), which is imported only when a command runs.
-    repo.add_argument("--verify-timeout", type=float, default=None, metavar="S",
-                      help="seconds one test run may take before its process group is killed (default 120)")
-    repo.add_argument("--verify-total", type=float, default=None, metavar="S",
+    repo.add_argument("--verify-timeout", type=positive_float, default=None, metavar="S",
+                      help="seconds one test run may take before its sandbox is killed (default 120)")
+    repo.add_argument("--verify-total", type=positive_float, default=None, metavar="S",
                       help="seconds all test runs together may take (default 900)")
+    add_sandbox_options(repo, "--verify")
     _add_run_options(repo)
     repo.set_defaults(func=run_repo)
 
@@ -100,8 +103,9 @@ def run_repo(args: argparse.Namespace) -> int:
               if v is not None}
     if limits and args.verify is None:
         raise ValueError("--verify-timeout and --verify-total need --verify CMD")
+    sandbox = sandbox_options(args, args.verify is not None, "--verify CMD")
     result = discover_repository(args.path, include=args.include, exclude=args.exclude, since=args.since,
-                                 verify=args.verify, **limits, **_common(args))
+                                 verify=args.verify, **limits, verify_sandbox=sandbox, **_common(args))
     return _report(result, args)
 
 

@@ -12,9 +12,9 @@ import sys
 
 from tide_dspy import workflows
 from tide_dspy.backbones import LMOptions, lm_from_options
-from tide_dspy.cli.common import (add_data_options, add_output_options, add_program_options, add_split_options,
-                                  add_workers_option, check_output_folder, command_line, count,
-                                  positive_int)
+from tide_dspy.cli.common import (add_data_options, add_output_options, add_program_options, add_sandbox_options,
+                                  add_split_options, add_workers_option, check_output_folder, command_line, count,
+                                  percentage, positive_float, positive_int, sandbox_options)
 from tide_dspy.evaluation import format_table
 
 
@@ -25,7 +25,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     d.add_argument("--attempts", type=positive_int, default=3,
                    help="dspy.Refine attempts per case until the abstraction check passes; a template that still "
                         "fails is dropped and counted (default: 3)")
-    d.add_argument("--merge-threshold", type=float, default=80.0,
+    d.add_argument("--merge-threshold", type=percentage, default=80.0,
                    help="rapidfuzz token-set similarity (0-100) of name and of pattern at which templates merge")
     d.add_argument("--max-templates", type=positive_int, default=32,
                    help="cap on the library size, so it fits the context (default: 32; the paper's hold a few dozen)")
@@ -85,10 +85,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     e.add_argument("--verify-repo", default=None, metavar="DIR",
                    help="repository setting: a local clone of the instances' repository, in an environment where "
                         "its tests run; each gold problem's fail_to_pass/pass_to_pass tests run at anchor_commit "
-                        "with the matched finding's patch, in a temporary copy (this EXECUTES the repository's code)")
+                        "with the matched finding's patch, in a temporary copy inside a bubblewrap sandbox (this "
+                        "EXECUTES the repository's code and the model's patches; see docs/safety.md)")
     e.add_argument("--verify-command", default=None, metavar="CMD",
                    help="pytest command the node ids are appended to (default: python -m pytest -q -p no:cacheprovider)")
-    e.add_argument("--verify-timeout", type=float, default=None, metavar="S", help="seconds per test run (default 120)")
+    e.add_argument("--verify-timeout", type=positive_float, default=None, metavar="S",
+                   help="seconds per test run (default 120)")
+    add_sandbox_options(e, "--verify-repo")
     add_output_options(e)
     e.set_defaults(func=run_evaluate)
 
@@ -158,7 +161,9 @@ def run_tune(args: argparse.Namespace) -> int:
 
 def run_evaluate(args: argparse.Namespace) -> int:
     verification = workflows.Verification(repo=args.verify_repo, command=args.verify_command,
-                                          timeout=args.verify_timeout)
+                                          timeout=args.verify_timeout,
+                                          sandbox=sandbox_options(args, args.verify_repo is not None,
+                                                                  "--verify-repo DIR"))
     r = workflows.evaluate_split(
         _selection(args), program=args.program, method=args.method, shape=_shape(args), templates=args.templates,
         demos=args.demos, workers=args.workers, out=args.out, resume=args.resume, fresh=args.fresh,

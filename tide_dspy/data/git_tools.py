@@ -7,6 +7,7 @@ directory that is not part of any repository.
 from __future__ import annotations
 
 import io
+import os
 import shutil
 import subprocess
 import tarfile
@@ -30,15 +31,16 @@ class GitClone:
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
-        if _git(["-C", str(self.path), "rev-parse", "--git-dir"], check=False).returncode != 0:
+        if not self.path.is_dir() or _git(["rev-parse", "--git-dir"], cwd=self.path, check=False).returncode != 0:
             raise FileNotFoundError(f"{self.path}: not a git repository; pass a local clone with --repo")
 
     def git(self, *args: str, input: bytes | None = None) -> bytes:
-        return _git(["-C", str(self.path), *args], input=input).stdout
+        return _git(list(args), cwd=self.path, input=input).stdout
 
     @cache
     def has_commit(self, sha: str) -> bool:
-        return _git(["-C", str(self.path), "cat-file", "-e", "--end-of-options", f"{sha}^{{commit}}"], check=False).returncode == 0
+        return _git(["cat-file", "-e", "--end-of-options", f"{sha}^{{commit}}"], cwd=self.path,
+                    check=False).returncode == 0
 
     @cache
     def commit_time(self, sha: str) -> int:
@@ -95,7 +97,15 @@ class Snapshot:
         return other
 
     def close(self) -> None:
+        """Remove the directory, also where the tests that ran in it took away their own permissions."""
         shutil.rmtree(self.root, ignore_errors=True)
+        if self.root.exists():
+            os.chmod(self.root, 0o700)
+            for folder, dirnames, _ in os.walk(self.root):  # never descends into links
+                for name in dirnames:
+                    if not os.path.islink(os.path.join(folder, name)):  # chmod would follow a link out
+                        os.chmod(os.path.join(folder, name), 0o700)
+            shutil.rmtree(self.root, ignore_errors=True)
 
     def __enter__(self) -> Snapshot:
         return self
@@ -109,5 +119,6 @@ def changed_old_lines(old: Path, new: Path) -> list[tuple[int, int, list[str]]]:
 
     A count of 0 is a pure insertion after old line `first`.
     """
-    out = _git(["diff", "--no-index", "--no-color", "-U0", "--", str(old), str(new)], check=False).stdout
+    out = _git(["diff", "--no-index", "--no-color", "--no-ext-diff", "--no-textconv", "-U0", "--", str(old), str(new)],
+               check=False).stdout
     return hunks(out.decode(errors="replace"))

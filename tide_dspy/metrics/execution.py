@@ -2,25 +2,33 @@
 
 For each gold problem, the finding that retrieval matching pairs with it (the one the judge's resolution coverage
 scores) is taken. The commit `anchor_commit` of the user's local clone is copied to a temporary directory (the clone
-is only read), the problem's `test_patch` is applied, and its `fail_to_pass` and `pass_to_pass` tests (pytest node
-ids) run once without the finding's patch and once with it. The problem is resolved when every one of those tests
-passes with the patch and some `fail_to_pass` test failed without it. The clone, and an environment in which its
-tests run, are the user's to provide; running the tests executes the repository's code.
+is only read), and the problem's `fail_to_pass` and `pass_to_pass` tests (pytest node ids) run twice, in the
+sandbox of tide_dspy.sandbox (the copy is seen at the clone's path, so an editable install of the clone finds it):
+once with only the problem's `test_patch` applied, and once with the finding's patch applied first, then the files
+`test_patch` touches restored to the anchor and `test_patch` applied last, as the SWE-bench harness does, so a
+patch cannot pass by rewriting the tests that judge it. The problem is resolved when every one of those tests
+passes with the patch, some `fail_to_pass` test failed without it, and the patch touches nothing that decides its
+own result (sandbox.patch_concerns: tests, conftest.py, config, binary files, files outside the finding's
+evidence); such a patch is "flagged" instead. The clone, and an environment in which its tests run, are the
+user's to provide; running the tests executes the repository's code and the model's patch.
 """
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from tide_dspy.data.git_tools import GitClone, Snapshot
-from tide_dspy.product.verify import (DEFAULT_RUN_TIMEOUT, TestRun, is_pytest, nodeid_key, parse_command,
-                                      require_executable, run_tests, test_environment)
 from tide_dspy.metrics.scoring import as_findings, match
+from tide_dspy.sandbox import (DEFAULT_RUN_TIMEOUT, Sandbox, SandboxOptions, TestRun, is_pytest, nodeid_key,
+                               parse_command, patch_concerns, require_executable, run_tests)
+from tide_dspy.util.diffs import patch_files
 from tide_dspy.schemas import Finding, GoldProblem, Instance
 
 RESOLVED = "resolved"
 UNRESOLVED = "unresolved"
+FLAGGED = "flagged"  # the tests pass, but the patch touches what decides its own result
 DEFAULT_TEST_COMMAND = "python -m pytest -q -p no:cacheprovider"
 
 
@@ -29,10 +37,11 @@ class ProblemRun:
     """The tests of one gold problem, run with the patch of the finding matched to it."""
 
     problem_id: str
-    status: str  # resolved | unresolved | a reason it could not be judged by execution
+    status: str  # resolved | unresolved | flagged | a reason it could not be judged by execution
     finding: int | None = None  # index of the matched finding
     failing: list[str] = field(default_factory=list)  # fail_to_pass / pass_to_pass tests that did not pass
     seconds: float = 0.0
+    concerns: list[str] = field(default_factory=list)  # why the patch cannot count as resolving (patch_concerns)
 
     @property
     def resolved(self) -> bool:
@@ -49,6 +58,21 @@ def problem_tests(problem: GoldProblem) -> tuple[list[str], list[str]]:
     return f2p, p2p
 
 
+def reset_tests(snap: Snapshot, base: Snapshot, test_patch: str) -> None:
+    """Restore the files `test_patch` touches to the anchor's version (removing those it creates), as the SWE-bench
+    harness's `git checkout <base> <files>; rm -f <new files>` before it applies the test patch
+    (swebench/harness/test_spec/python.py, make_eval_script_list_py)."""
+    for rel in patch_files(test_patch):
+        if rel == "/dev/null" or ".." in Path(rel).parts or Path(rel).is_absolute():
+            continue
+        original, copy = base.tree / rel, snap.tree / rel
+        if copy.is_symlink() or copy.is_file():
+            copy.unlink()
+        if original.is_file() and not original.is_symlink():
+            copy.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(original, copy)
+
+
 def passing(run: TestRun, tests: list[str]) -> tuple[list[str], list[str]]:
     """(passed, not passed) of these node ids in a run."""
     ok = [t for t in tests if run.outcomes.get(nodeid_key(t)) == "passed"]
@@ -59,19 +83,22 @@ class ExecutionJudge:
     """Runs instances' tests in copies of a local clone; `None` for instances without `anchor_commit`."""
 
     def __init__(self, clone: str | Path, command: str = DEFAULT_TEST_COMMAND,
-                 timeout: float = DEFAULT_RUN_TIMEOUT):
+                 timeout: float = DEFAULT_RUN_TIMEOUT, sandbox: SandboxOptions = SandboxOptions()):
         self.clone = GitClone(clone)
         self.command, self.argv, self.timeout = command, parse_command(command), timeout
         if not is_pytest(self.argv):
             raise ValueError(f"--verify-command {command!r}: the tests are pytest node ids, so the command must run "
                              "pytest (e.g. \"python -m pytest -q\")")
-        self.env = test_environment()
-        require_executable(self.argv, self.clone.path, self.env)
+        self.sandbox = Sandbox(self.clone.path, self.argv, sandbox)
+        require_executable(self.argv, self.clone.path, self.sandbox.env)
 
     def _run(self, snap: Snapshot, tests: list[str]) -> TestRun:
-        return run_tests(self.argv, snap.tree, self.timeout, env=self.env, junit=snap.root / "junit.xml", tests=tests)
+        return run_tests(self.argv, snap.tree, self.timeout, sandbox=self.sandbox, results=snap.root / "results",
+                         tests=tests)
 
-    def problem(self, base: Snapshot, problem: GoldProblem, finding: Finding | None, index: int | None) -> ProblemRun:
+    def problem(self, base: Snapshot, problem: GoldProblem, finding: Finding | None, index: int | None,
+                evidence: list[str] | None = None) -> ProblemRun:
+        """`evidence`: the files of the finding's evidence, which its patch may touch."""
         f2p, p2p = problem_tests(problem)
         pid = problem.problem_id
         if not f2p:
@@ -79,25 +106,29 @@ class ExecutionJudge:
         if finding is None or not (finding.patch or "").strip():
             return ProblemRun(pid, "no matched finding with a patch", index)
         test_patch = (problem.model_extra or {}).get("test_patch")
-        with base.copy() as without:
+        with base.copy() as without, base.copy() as patched:
             try:
                 if test_patch:
                     without.apply(test_patch)
             except RuntimeError as exc:
                 return ProblemRun(pid, f"test_patch does not apply at the anchor ({exc})"[:300], index)
-            with without.copy() as patched:
-                before = self._run(without, f2p)
-                if not passing(before, f2p)[1]:
-                    return ProblemRun(pid, "fail_to_pass tests pass without the patch", index, seconds=before.seconds)
-                try:
-                    patched.apply(finding.patch, recount=True)
-                except RuntimeError as exc:
-                    return ProblemRun(pid, f"patch does not apply ({exc})"[:300], index)
-                after = self._run(patched, f2p + p2p)
+            before = self._run(without, f2p)
+            if not passing(before, f2p)[1]:
+                return ProblemRun(pid, "fail_to_pass tests pass without the patch", index, seconds=before.seconds)
+            try:
+                patched.apply(finding.patch, recount=True)
+            except RuntimeError as exc:
+                return ProblemRun(pid, f"patch does not apply ({exc})"[:300], index)
+            if test_patch:  # the model's patch first, then the tests as the problem states them
+                reset_tests(patched, base, test_patch)
+                patched.apply(test_patch)
+            after = self._run(patched, f2p + p2p)
+        concerns = patch_concerns(finding.patch, evidence)
         if after.timed_out:
-            return ProblemRun(pid, "timed out", index, f2p + p2p, after.seconds)
+            return ProblemRun(pid, "timed out", index, f2p + p2p, after.seconds, concerns)
         failing = passing(after, f2p + p2p)[1]
-        return ProblemRun(pid, UNRESOLVED if failing else RESOLVED, index, failing, after.seconds)
+        status = UNRESOLVED if failing else FLAGGED if concerns else RESOLVED
+        return ProblemRun(pid, status, index, failing, after.seconds, concerns)
 
     def __call__(self, instance: Instance, findings) -> dict | None:
         if not instance.anchor_commit:
@@ -107,8 +138,13 @@ class ExecutionJudge:
                              f"is not in this clone; fetch it or pass a clone of {instance.repo}")
         findings = as_findings(findings)
         best = match(instance.problems, findings).gold_best
+        files = {a.id: a.payload.get("path") for a in instance.artifacts}
+
+        def evidence(j: int | None) -> list[str] | None:
+            return None if j is None else [files.get(e) or e.split("::")[0] for e in findings[j].evidence]
+
         with self.clone.snapshot(instance.anchor_commit, None) as base:
-            runs = [self.problem(base, p, findings[j] if j is not None else None, j)
+            runs = [self.problem(base, p, findings[j] if j is not None else None, j, evidence(j))
                     for p, j in zip(instance.problems, best)]
         return {"resolved": sum(r.resolved for r in runs), "problems": len(runs),
                 "runs": [asdict(r) for r in runs]}

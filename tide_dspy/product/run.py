@@ -26,6 +26,7 @@ from tide_dspy.product.patches import DOES_NOT_APPLY, PatchChecker
 from tide_dspy.util.git import git_toplevel, head_sha, resolve_commit, run_git
 from tide_dspy.product.result import DiscoverResult, WindowRound
 from tide_dspy.product.verify import DEFAULT_RUN_TIMEOUT, DEFAULT_TOTAL_TIMEOUT, NOT_RUN, Verification, Verifier
+from tide_dspy.sandbox import SandboxOptions
 from tide_dspy.discovery import DiscoveryProgram, DiscoveryState
 from tide_dspy.programs import build_program, load_program, program_dir
 from tide_dspy.scan import ScanRecord
@@ -275,12 +276,13 @@ def head_commit(root: Path) -> str | None:
 
 
 def start_verifier(root: Path, command: str, run_timeout: float, total_timeout: float,
-                   progress: Progress) -> Verifier:
-    verifier = Verifier(root, command, run_timeout=run_timeout, total_timeout=total_timeout)
+                   progress: Progress, sandbox: SandboxOptions = SandboxOptions()) -> Verifier:
+    verifier = Verifier(root, command, run_timeout=run_timeout, total_timeout=total_timeout, sandbox=sandbox)
     try:
         for rel in verifier.left_out:
             progress(f"verify: left {rel} out of the copy (a link that points outside {root})")
-        progress(f"verify: running {command!r} on an unpatched copy of {root} (baseline)")
+        where = "without a sandbox" if sandbox.unsandboxed else "in a bubblewrap sandbox"
+        progress(f"verify: running {command!r} on an unpatched copy of {root} {where} (baseline)")
         progress(f"verify: baseline {verifier.run_baseline().describe()}")
     except BaseException:
         verifier.close()
@@ -294,7 +296,8 @@ def verify_findings(result: DiscoverResult, verifier: Verifier, progress: Progre
         if check is None or not check.applies:
             result.verifications.append(Verification(NOT_RUN, reason=check.status if check else "no patch"))
             continue
-        v = verifier.verify(f.patch)
+        evidence = [a.payload["path"] for a in map(result.artifact, f.evidence) if a is not None]
+        v = verifier.verify(f.patch, evidence)
         result.verifications.append(v)
         progress(f"verify: finding {n}: {v.label}" + (f" ({v.seconds:.1f} s)" if v.status != NOT_RUN else ""))
     baseline = verifier.baseline
@@ -309,9 +312,11 @@ def discover_repository(path: str | Path, *, lm, backbone: str = "local", includ
                         templates: str | Path | None = None, rounds: int | None = None, per_round: int | None = None,
                         max_context_tokens: int | None = None, verify: str | None = None,
                         verify_timeout: float = DEFAULT_RUN_TIMEOUT, verify_total: float = DEFAULT_TOTAL_TIMEOUT,
-                        scan: int | None = None, progress: Progress = print) -> DiscoverResult:
+                        verify_sandbox: SandboxOptions = SandboxOptions(), scan: int | None = None,
+                        progress: Progress = print) -> DiscoverResult:
     """`verify`: a test command run on a copy of the tree, unpatched and then with each patch that applies
-    (tide_dspy.product.verify). It executes the project's code, so it runs only when given. `scan`: rate every
+    (tide_dspy.product.verify), inside the sandbox `verify_sandbox` describes. It executes the project's code
+    and the model's patches, so it runs only when given. `scan`: rate every
     function on its own first and let each round read this many of the most suspect in full (see tide_dspy.scan)."""
     started = time.perf_counter()
     root = Path(path).resolve()
@@ -331,7 +336,8 @@ def discover_repository(path: str | Path, *, lm, backbone: str = "local", includ
     if not artifacts:
         raise ValueError(f"{root}: no functions found in the {len(files)} selected Python file(s)")
     with contextlib.ExitStack() as stack:
-        verifier = (stack.enter_context(start_verifier(root, verify, verify_timeout, verify_total, progress))
+        verifier = (stack.enter_context(start_verifier(root, verify, verify_timeout, verify_total, progress,
+                                                       verify_sandbox))
                     if verify is not None else None)
         instance = Instance(instance_id=f"discover-{root.name}", setting=REPOSITORY.name, repo=root.name,
                             anchor_commit=head_commit(root) if git_toplevel(root) else None,

@@ -28,6 +28,13 @@ def touched_paths(patch: str) -> list[str]:
     return list(dict.fromkeys(old + patch_paths(patch)))
 
 
+def patch_files(patch: str) -> list[str]:
+    """Every path a patch names, with or without hunks (binary, mode-only and rename entries too): both sides of
+    each `diff --git` header and each `--- a/` / `+++ b/` line."""
+    header = [p for m in DIFF_HEADER.finditer(patch or "") for p in m.groups()]
+    return list(dict.fromkeys(header + touched_paths(patch or "")))
+
+
 def hunks(diff: str) -> list[tuple[int, int, list[str]]]:
     """Hunks of a diff as (first old line, old line count, inserted lines); a count of 0 is a pure insertion after
     old line `first`. Lines before the first hunk (the file header) are ignored."""
