@@ -422,8 +422,23 @@ def test_verify_repo_applies_the_test_patch_after_the_models_patch(repo, tmp_pat
 def test_verify_repo_restores_the_test_files_before_the_test_patch(repo, tmp_path, scratch):
     shout = execution_runs(repo, tmp_path, SHOUT_FIX_AND_TEST_EDIT)["calc-shout"]
     assert shout["failing"] == []  # the problem's own tests ran, and the fix passes them
-    assert shout["status"] == "flagged" and shout["concerns"] == [
-        "touches tests: tests/test_text.py", "touches files outside the finding's evidence: tests/test_text.py"]
+    assert shout["status"] == "flagged" and shout["concerns"] == ["touches tests: tests/test_text.py"]
+
+
+SHOUT_FIX_AND_ANOTHER_FILE = SHOUT_FIX + """diff --git a/calc/ops.py b/calc/ops.py
+--- a/calc/ops.py
++++ b/calc/ops.py
+@@ -1,2 +1,3 @@
++# The helpers below take lists of numbers.
+ def mean(values):
+     return sum(values) / (len(values) - 1)
+"""
+
+
+@needs_bwrap
+def test_verify_repo_resolves_a_fix_that_spans_files_outside_the_evidence(repo, tmp_path, scratch):
+    shout = execution_runs(repo, tmp_path, SHOUT_FIX_AND_ANOTHER_FILE)["calc-shout"]
+    assert shout["status"] == "resolved" and shout["concerns"] == []
 
 
 def test_evaluate_verify_repo_needs_the_repository_setting_a_clone_and_pytest(repo, tmp_path, capsys):

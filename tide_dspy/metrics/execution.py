@@ -8,8 +8,9 @@ once with only the problem's `test_patch` applied, and once with the finding's p
 `test_patch` touches restored to the anchor and `test_patch` applied last, as the SWE-bench harness does, so a
 patch cannot pass by rewriting the tests that judge it. The problem is resolved when every one of those tests
 passes with the patch, some `fail_to_pass` test failed without it, and the patch touches nothing that decides its
-own result (sandbox.patch_concerns: tests, conftest.py, config, binary files, files outside the finding's
-evidence); such a patch is "flagged" instead. The clone, and an environment in which its tests run, are the
+own result (sandbox.patch_concerns: tests, conftest.py, config or binary files); such a patch is "flagged"
+instead. Files outside the finding's evidence are not a concern here: the problem's own tests judge the patch, and
+a gold fix often spans more files than a finding cites. The clone, and an environment in which its tests run, are the
 user's to provide; running the tests executes the repository's code and the model's patch.
 """
 
@@ -96,9 +97,7 @@ class ExecutionJudge:
         return run_tests(self.argv, snap.tree, self.timeout, sandbox=self.sandbox, results=snap.root / "results",
                          tests=tests)
 
-    def problem(self, base: Snapshot, problem: GoldProblem, finding: Finding | None, index: int | None,
-                evidence: list[str] | None = None) -> ProblemRun:
-        """`evidence`: the files of the finding's evidence, which its patch may touch."""
+    def problem(self, base: Snapshot, problem: GoldProblem, finding: Finding | None, index: int | None) -> ProblemRun:
         f2p, p2p = problem_tests(problem)
         pid = problem.problem_id
         if not f2p:
@@ -123,7 +122,7 @@ class ExecutionJudge:
                 reset_tests(patched, base, test_patch)
                 patched.apply(test_patch)
             after = self._run(patched, f2p + p2p)
-        concerns = patch_concerns(finding.patch, evidence)
+        concerns = patch_concerns(finding.patch)
         if after.timed_out:
             return ProblemRun(pid, "timed out", index, f2p + p2p, after.seconds, concerns)
         failing = passing(after, f2p + p2p)[1]
@@ -138,13 +137,8 @@ class ExecutionJudge:
                              f"is not in this clone; fetch it or pass a clone of {instance.repo}")
         findings = as_findings(findings)
         best = match(instance.problems, findings).gold_best
-        files = {a.id: a.payload.get("path") for a in instance.artifacts}
-
-        def evidence(j: int | None) -> list[str] | None:
-            return None if j is None else [files.get(e) or e.split("::")[0] for e in findings[j].evidence]
-
         with self.clone.snapshot(instance.anchor_commit, None) as base:
-            runs = [self.problem(base, p, findings[j] if j is not None else None, j, evidence(j))
+            runs = [self.problem(base, p, findings[j] if j is not None else None, j)
                     for p, j in zip(instance.problems, best)]
         return {"resolved": sum(r.resolved for r in runs), "problems": len(runs),
                 "runs": [asdict(r) for r in runs]}
