@@ -172,6 +172,19 @@ def plan_windows(setting: Setting, instance: Instance, program: DiscoveryProgram
     return parts
 
 
+def plan_line(setting: Setting, instance: Instance, program: DiscoveryProgram, parts: list[list[Artifact]]) -> str:
+    """Before any LM call: how many calls the windows take at most, and about how many prompt tokens they read
+    (each round re-reads its window and what was already found grows; the estimate counts the window only)."""
+    fixed = estimate_tokens(program.guidance_text() + setting.static_text(instance))
+    per_window = [fixed + sum(estimate_tokens(setting.render_artifact(a)) for a in part) for part in parts]
+    rounds = program.max_rounds
+    scan_calls = sum(len(part) for part in parts) if program.scanner is not None else 0
+    calls = len(parts) * rounds + scan_calls
+    scan = f" and {scan_calls} scan call(s)" if scan_calls else ""
+    return (f"plan: {len(parts)} window(s) x up to {rounds} round(s){scan} = at most {calls} LM call(s), reading "
+            f"about {sum(per_window) * rounds:,} prompt tokens (estimated) before any answer")
+
+
 @dataclass
 class Discovery:
     """What one discover run found, before the setting's own checks: the program used and why, its windows,
@@ -198,6 +211,7 @@ def run_discovery(instance: Instance, *, lm, backbone: str, program: str | Path 
         source += f", scanning first (focus {scan})"
     progress(f"{describe_input}using {source}")
     parts = plan_windows(setting, instance, tide, lm, max_context_tokens, unit_of, progress)
+    progress(plan_line(setting, instance, tide, parts))
     findings, records, scans = discover_in_windows(tide, instance, parts, lm, progress)
     return Discovery(tide, source, len(parts), findings, records, scans)
 
@@ -358,13 +372,13 @@ def discover_repository(path: str | Path, *, lm, backbone: str = "local", includ
 # ---- workspace ----
 
 def discover_workspace(folder: str | Path, *, lm, backbone: str = "local", profile: str | Path | None = None,
-                       actions: str | Path | None = None, program: str | Path | None = None,
+                       actions: str | Path | None = None, exclude: Iterable[str] = (), program: str | Path | None = None,
                        templates: str | Path | None = None, rounds: int | None = None, per_round: int | None = None,
                        max_context_tokens: int | None = None, scan: int | None = None,
                        progress: Progress = print) -> DiscoverResult:
     started = time.perf_counter()
     root = Path(folder).resolve()
-    ingested = ingest_workspace(root)
+    ingested = ingest_workspace(root, exclude=exclude, progress=progress)
     counts = ingested.counts()
     progress(f"{root}: read {len(ingested.artifacts)} items ({counts.get('email', 0)} emails, "
              f"{counts.get('calendar', 0)} calendar entries, {counts.get('document', 0)} documents); "
