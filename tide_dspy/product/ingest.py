@@ -7,7 +7,6 @@ ids; moving a file does. A file that cannot be read is reported with its name an
 
 from __future__ import annotations
 
-import fnmatch
 import mailbox
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -20,7 +19,7 @@ from pathlib import Path
 
 import icalendar
 
-from tide_dspy.data.safe_files import FileScan, read_capped, scan_files
+from tide_dspy.data.safe_files import FileScan, matches_any, read_capped, scan_files
 from tide_dspy.schemas import Artifact
 from tide_dspy.util.hashing import short_sha256
 
@@ -301,10 +300,6 @@ def workspace_files(root: Path) -> FileScan:
     return scan_files(root, lambda name: not name.startswith("."), lambda folder: folder.name.startswith("."))
 
 
-def _excluded(path: str, patterns: list[str]) -> bool:
-    return any(fnmatch.fnmatch(path, p) or path.startswith(p.rstrip("/") + "/") for p in patterns)
-
-
 def ingest_workspace(root: str | Path, *, exclude: Iterable[str] = (),
                      progress: Callable[[str], None] = lambda line: None) -> IngestResult:
     """Read every supported file under root but those matching `exclude` (globs on relative paths, or folders);
@@ -316,9 +311,9 @@ def ingest_workspace(root: str | Path, *, exclude: Iterable[str] = (),
     result = IngestResult()
     exclude = list(exclude)
     scan = workspace_files(root)
-    result.skipped.extend(Skipped(s["path"], s["reason"]) for s in scan.skipped if not _excluded(s["path"], exclude))
+    result.skipped.extend(Skipped(s["path"], s["reason"]) for s in scan.skipped if not matches_any(s["path"], exclude))
     for rel in scan.files:
-        if _excluded(rel, exclude):
+        if matches_any(rel, exclude):
             continue
         reader = READERS.get(Path(rel).suffix.lower())
         if reader is None:

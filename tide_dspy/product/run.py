@@ -8,7 +8,6 @@ run and the findings are merged with the same de-duplication TIDE uses between r
 from __future__ import annotations
 
 import contextlib
-import fnmatch
 import logging
 import time
 from collections.abc import Callable, Iterable
@@ -19,7 +18,7 @@ from pathlib import Path, PurePosixPath
 from tide_dspy.backbones import lm_context
 from tide_dspy.data import estimate_tokens
 from tide_dspy.data.candidates import parse_candidates, scan_python_files
-from tide_dspy.data.safe_files import FileScan
+from tide_dspy.data.safe_files import FileScan, matches_any
 from tide_dspy.product import library, windows
 from tide_dspy.product.ingest import ingest_workspace
 from tide_dspy.product.patches import DOES_NOT_APPLY, PatchChecker
@@ -224,10 +223,6 @@ def finish(result: DiscoverResult, started: float, progress: Progress) -> Discov
 
 # ---- repository ----
 
-def _matches(path: str, patterns: Iterable[str]) -> bool:
-    return any(fnmatch.fnmatch(path, p) or path.startswith(p.rstrip("/") + "/") for p in patterns)
-
-
 def changed_since(root: Path, ref: str) -> set[str]:
     """Paths (relative to root) changed in the working tree since `ref`, plus untracked files."""
     if git_toplevel(root) is None:
@@ -252,8 +247,8 @@ def select_files(root: Path, include: Iterable[str] = (), exclude: Iterable[str]
     changed = changed_since(root, since) if since else None
 
     def keep(path: str) -> bool:
-        return ((changed is None or path in changed) and (not include or _matches(path, include))
-                and not _matches(path, exclude))
+        return ((changed is None or path in changed) and (not include or matches_any(path, include))
+                and not matches_any(path, exclude))
 
     return FileScan([f for f in scan.files if keep(f)], [s for s in scan.skipped if keep(s["path"])])
 
