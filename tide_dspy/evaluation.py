@@ -290,12 +290,15 @@ def evaluate(
                          lm=lm, method=method, config=config, workers=workers, execute=execute)
 
 
+RUN_FILES = ("results.jsonl", "config.json", "summary.json", "lm_usage.json")  # what evaluate writes beside rows
+
+
 def out_lock(folder: Path):
     """The exclusive lock on a results folder (util.safe_write.OutLock): a second run into it is refused, naming
     the pid that holds it."""
-    from tide_dspy.util.safe_write import OutLock, ensure_folder
+    from tide_dspy.util.safe_write import OutLock, check_writable
 
-    return OutLock(ensure_folder(folder))
+    return OutLock(check_writable(folder, RUN_FILES))
 
 
 def _evaluate(program, instances, *, judge, out_path, resume, progress, lm, method, config, workers,

@@ -345,6 +345,9 @@ def run_payload(result: DiscoverResult) -> dict:
     }
 
 
+REPORT_FILES = ("report.md", "report.html", "findings.json", "run.json")
+
+
 def write_report(result: DiscoverResult, out_dir: str | Path) -> dict[str, Path]:
     """The four files in `out_dir`, each scrubbed of secrets and written through util.safe_write (never through
     a link; a link at `out_dir` or at one of the files is refused)."""

@@ -32,7 +32,7 @@ class UnsafeOutput(ValueError):
     and what to do."""
 
 
-def _refuse(path: Path, what: str, fix: str = "remove it, or pass another --out") -> UnsafeOutput:
+def _refuse(path: Path, what: str, fix: str = "remove the link, or choose another output folder") -> UnsafeOutput:
     return UnsafeOutput(f"{path}: {what}; refusing to write through it ({fix})")
 
 
@@ -55,10 +55,10 @@ def ensure_folder(folder: str | Path) -> Path:
         if stat.S_ISLNK(st.st_mode):
             raise _refuse(folder, "the output folder is a symbolic link")
         if not stat.S_ISDIR(st.st_mode):
-            raise UnsafeOutput(f"{folder}: not a folder; pass a folder path as --out")
+            raise UnsafeOutput(f"{folder}: not a folder; choose a folder as the output")
         return folder
     if not probe.is_dir():
-        raise UnsafeOutput(f"{folder}: its parent {probe} is not a folder; pass another --out")
+        raise UnsafeOutput(f"{folder}: its parent {probe} is not a folder; choose another output folder")
     for part in reversed(missing):
         try:
             os.mkdir(part)
@@ -106,6 +106,16 @@ def _write_all(fd: int, data: bytes) -> None:
 def _no_space(path: Path, exc: OSError, kept: str) -> UnsafeOutput:
     return UnsafeOutput(f"{path}: no space left on the device ({os.strerror(exc.errno)}); {kept}. Free some space "
                         "and run again")
+
+
+def check_writable(folder: str | Path, names: tuple[str, ...]) -> Path:
+    """`folder` created, and each of `names` in it missing or a regular file: the refusals `write_bytes` would
+    make at the end of a run, made before it starts."""
+    folder = Path(folder)
+    with _folder_fd(folder) as dir_fd:
+        for name in names:
+            _check_target(dir_fd, folder / name)
+    return folder
 
 
 def write_bytes(path: str | Path, data: bytes) -> Path:
@@ -192,7 +202,8 @@ def is_inside(path: str | Path, tree: str | Path) -> bool:
 def refuse_inside(out: str | Path, tree: str | Path, *, option: str = "--out", allow: str = "--out-inside") -> None:
     """Refuse an output folder inside the tree being read: the tree may ship files or links at its paths."""
     if is_inside(out, tree):
-        raise UnsafeOutput(f"{option} {out} lies inside {tree}, the tree being read, which could ship files or links "
+        raise UnsafeOutput(f"{option} {out} lies inside {Path(tree).resolve()}, the tree being read, which could ship "
+                           "files or links "
                            f"there; pass {option} a folder outside it (e.g. {option} ../{Path(tree).resolve().name}"
                            f"-report), or {allow} to write there anyway")
 
