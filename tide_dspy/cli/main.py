@@ -61,6 +61,15 @@ def main(argv: list[str] | None = None) -> int:
 
         print(f"tide: error: {terminal_line(exc)}", file=sys.stderr)
         return 2
+    except Exception:
+        # An unexpected error keeps its traceback, shown as the log is: scrubbed, control characters escaped.
+        import traceback
+
+        from tide_dspy.util.secrets import scrub_text
+        from tide_dspy.util.text import printable
+
+        print(printable(scrub_text(traceback.format_exc()), keep_newlines=True), file=sys.stderr, end="")
+        return 1
 
 
 if __name__ == "__main__":

@@ -103,9 +103,12 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view):]
 
 
-def _no_space(path: Path, exc: OSError, kept: str) -> UnsafeOutput:
-    return UnsafeOutput(f"{path}: no space left on the device ({os.strerror(exc.errno)}); {kept}. Free some space "
-                        "and run again")
+def _write_error(path: Path, exc: OSError, kept: str) -> UnsafeOutput:
+    """One line for a failed write: a full disk says so; any other error (read-only, no permission) names it."""
+    if exc.errno in _NO_SPACE:
+        return UnsafeOutput(f"{path}: no space left on the device ({os.strerror(exc.errno)}); {kept}. Free some "
+                            "space and run again")
+    return UnsafeOutput(f"{path}: cannot be written ({exc.strerror or exc}); {kept}")
 
 
 def check_writable(folder: str | Path, names: tuple[str, ...]) -> Path:
@@ -136,8 +139,8 @@ def write_bytes(path: str | Path, data: bytes) -> Path:
         except BaseException as exc:
             with _ignore_missing():
                 os.unlink(tmp, dir_fd=dir_fd)
-            if isinstance(exc, OSError) and exc.errno in _NO_SPACE:
-                raise _no_space(path, exc, "the earlier file, if any, was left as it was") from None
+            if isinstance(exc, OSError):
+                raise _write_error(path, exc, "the earlier file, if any, was left as it was") from None
             raise
         with _ignore_missing(OSError):
             os.fsync(dir_fd)  # the rename itself survives a crash
@@ -165,9 +168,7 @@ def append_text(path: str | Path, text: str) -> Path:
             _write_all(fd, text.encode("utf-8"))
             os.fsync(fd)
         except OSError as exc:
-            if exc.errno in _NO_SPACE:
-                raise _no_space(path, exc, "the rows before this one are intact (--resume continues)") from None
-            raise
+            raise _write_error(path, exc, "the rows before this one are intact (--resume continues)") from None
         finally:
             os.close(fd)
     return path
