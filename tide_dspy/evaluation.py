@@ -296,9 +296,9 @@ RUN_FILES = ("results.jsonl", "config.json", "summary.json", "lm_usage.json")  #
 def out_lock(folder: Path):
     """The exclusive lock on a results folder (util.safe_write.OutLock): a second run into it is refused, naming
     the pid that holds it."""
-    from tide_dspy.util.safe_write import OutLock, check_writable
+    from tide_dspy.util.safe_write import OutLock
 
-    return OutLock(check_writable(folder, RUN_FILES))
+    return OutLock(folder, RUN_FILES)
 
 
 def _evaluate(program, instances, *, judge, out_path, resume, progress, lm, method, config, workers,

@@ -7,7 +7,7 @@ import sys
 
 from tide_dspy.backbones import LMOptions, lm_from_options
 from tide_dspy.cli.common import add_lm_options, check_output_folder, positive_int
-from tide_dspy.util.safe_write import OutLock, check_writable
+from tide_dspy.util.safe_write import OutLock
 
 
 def _add_run_options(parser: argparse.ArgumentParser) -> None:
@@ -95,11 +95,11 @@ def _common(args: argparse.Namespace, tree: str) -> dict:
                 scan=scan_focus(args), progress=print_line)
 
 
-def writable_out(out: str):
-    """The --out folder, created, with no link where a report file goes: refused before any LM work."""
+def out_lock(out: str) -> OutLock:
+    """The lock on --out, which also refuses a link where a report file goes, before any LM work."""
     from tide_dspy.product.report import REPORT_FILES
 
-    return check_writable(out, REPORT_FILES)
+    return OutLock(out, REPORT_FILES)
 
 
 def scan_focus(args: argparse.Namespace) -> int | None:
@@ -120,7 +120,7 @@ def run_repo(args: argparse.Namespace) -> int:
     if limits and args.verify is None:
         raise ValueError("--verify-timeout and --verify-total need --verify CMD")
     common = _common(args, args.path)
-    with OutLock(writable_out(args.out)):
+    with out_lock(args.out):
         result = discover_repository(args.path, include=args.include, exclude=args.exclude, since=args.since,
                                      verify=args.verify, **limits, **common)
         return _report(result, args)
@@ -130,7 +130,7 @@ def run_workspace(args: argparse.Namespace) -> int:
     from tide_dspy.product import discover_workspace
 
     common = _common(args, args.dir)
-    with OutLock(writable_out(args.out)):
+    with out_lock(args.out):
         result = discover_workspace(args.dir, profile=args.profile, actions=args.actions, exclude=args.exclude,
                                     **common)
         return _report(result, args)

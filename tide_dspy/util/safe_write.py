@@ -211,14 +211,19 @@ def refuse_inside(out: str | Path, tree: str | Path, *, option: str = "--out", a
 
 class OutLock:
     """An exclusive lock on an output folder (fcntl.flock on its `.tide.lock`, which holds the holder's pid):
-    a second run into the same folder is refused while the first holds it. Released on exit, or when the process
-    ends."""
+    a second run into the same folder is refused while the first holds it. On entry the folder is created and
+    each of `names` checked (check_writable), so a refusal comes before any work. Released on exit, or when the
+    process ends; a folder this lock created and the run left empty is removed again."""
 
-    def __init__(self, folder: str | Path):
+    def __init__(self, folder: str | Path, names: tuple[str, ...] = ()):
         self.folder = Path(folder)
+        self.names = names
         self.fd: int | None = None
+        self.created = False
 
     def __enter__(self) -> OutLock:
+        self.created = not os.path.lexists(self.folder)
+        check_writable(self.folder, self.names)
         path = self.folder / LOCK_NAME
         with _folder_fd(self.folder) as dir_fd:
             _check_target(dir_fd, path)
@@ -236,7 +241,12 @@ class OutLock:
         return self
 
     def __exit__(self, *exc) -> None:
-        if self.fd is not None:
-            os.ftruncate(self.fd, 0)
-            os.close(self.fd)  # closing the descriptor releases the flock
-            self.fd = None
+        if self.fd is None:
+            return
+        os.ftruncate(self.fd, 0)
+        if self.created and os.listdir(self.folder) == [LOCK_NAME]:
+            with _ignore_missing(OSError):
+                os.unlink(self.folder / LOCK_NAME)
+                os.rmdir(self.folder)
+        os.close(self.fd)  # closing the descriptor releases the flock
+        self.fd = None
