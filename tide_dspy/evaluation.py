@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 import json
 import logging
 import os
@@ -263,6 +264,29 @@ def _run_all(program, todo: list[Instance], judge, workers: int, bar, lm, mark):
                 future.cancel()
 
 
+RUN_FILES = ("results.jsonl", "config.json", "summary.json", "lm_usage.json")  # what evaluate writes beside rows
+
+
+def out_lock(folder: Path):
+    """The exclusive lock on a results folder (util.safe_write.OutLock): a second run into it is refused, naming
+    the pid that holds it."""
+    from tide_dspy.util.safe_write import OutLock
+
+    return OutLock(folder, RUN_FILES)
+
+
+def holds_out_lock(run):
+    """`run` (evaluate) with the lock on its `out_path`'s folder held while it runs."""
+    @functools.wraps(run)
+    def locked(*args, out_path: str | Path | None = None, **kwargs):
+        if out_path is None:
+            return run(*args, out_path=None, **kwargs)
+        with out_lock(Path(out_path).parent):
+            return run(*args, out_path=out_path, **kwargs)
+    return locked
+
+
+@holds_out_lock
 def evaluate(
     program,
     instances: list[Instance],
@@ -282,27 +306,6 @@ def evaluate(
 
     `execute(instance, findings)` (e.g. metrics.execution.ExecutionJudge) also runs the instance's tests against
     the findings' patches; its dict goes into the row as "execution" and the total into result.execution."""
-    if out_path is None:
-        return _evaluate(program, instances, judge=judge, out_path=None, resume=resume, progress=progress, lm=lm,
-                         method=method, config=config, workers=workers, execute=execute)
-    with out_lock(Path(out_path).parent):
-        return _evaluate(program, instances, judge=judge, out_path=out_path, resume=resume, progress=progress,
-                         lm=lm, method=method, config=config, workers=workers, execute=execute)
-
-
-RUN_FILES = ("results.jsonl", "config.json", "summary.json", "lm_usage.json")  # what evaluate writes beside rows
-
-
-def out_lock(folder: Path):
-    """The exclusive lock on a results folder (util.safe_write.OutLock): a second run into it is refused, naming
-    the pid that holds it."""
-    from tide_dspy.util.safe_write import OutLock
-
-    return OutLock(folder, RUN_FILES)
-
-
-def _evaluate(program, instances, *, judge, out_path, resume, progress, lm, method, config, workers,
-              execute) -> EvaluationResult:
     from tide_dspy.programs import method_of
     from tide_dspy.backbones.usage import lm_usage, usage_mark
 
