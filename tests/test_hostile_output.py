@@ -340,6 +340,17 @@ def test_a_second_run_into_a_locked_out_is_refused_naming_the_holder(tmp_path, c
         holder.wait()
 
 
+def test_discover_into_a_folder_another_run_holds_is_refused_before_any_call(repo, tmp_path, capsys):
+    from tide_dspy.util.safe_write import OutLock
+
+    lm = DummyLM(answers())
+    dspy.configure(lm=lm)
+    with OutLock(tmp_path / "out"):
+        rc = main(["discover", "repo", str(repo), "--out", str(tmp_path / "out"), "--backbone", "none-shipped"])
+    assert rc == 2 and f"in use by another tide run (pid {os.getpid()})" in capsys.readouterr().err
+    assert not lm.history
+
+
 def test_an_unusable_mlflow_store_gives_one_line_with_the_no_track_hint(tmp_path, capsys):
     (tmp_path / "a-file").write_text("")
     dspy.configure(lm=unparseable_lm())
