@@ -42,6 +42,7 @@ from tide_dspy.schemas import Finding  # noqa: E402
 from tide_dspy.templates import TemplateLibrary  # noqa: E402
 from tide_dspy.util.paths import data_root  # noqa: E402
 from tide_dspy.domains import get_setting  # noqa: E402
+from tide_dspy.util.safe_write import write_text  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = data_root() / "repository" / "swebench_multibug.jsonl"
@@ -150,8 +151,8 @@ def grammar_main(args, instance, lm_args, started, t0, load_start, argv) -> int:
     print(header + "\n" + "\n".join(lines))
     args.out.mkdir(parents=True, exist_ok=True)
     stem = args.out / f"grammar-{args.backbone}-{started.strftime('%Y%m%dT%H%M%SZ')}"
-    stem.with_suffix(".txt").write_text(header + "\n" + "\n".join(lines) + "\n")
-    stem.with_suffix(".json").write_text(json.dumps(dict(command=command, date=started.isoformat(), rows=rows), indent=1))
+    write_text(stem.with_suffix(".txt"), header + "\n" + "\n".join(lines) + "\n")
+    write_text(stem.with_suffix(".json"), json.dumps(dict(command=command, date=started.isoformat(), rows=rows), indent=1))
     print(f"\nsaved {stem}.txt and .json")
     return 0
 
@@ -282,8 +283,8 @@ def main(argv=None) -> int:
     print(header + "\n" + text)
     args.out.mkdir(parents=True, exist_ok=True)
     stem = args.out / f"{args.backbone}-{started.strftime('%Y%m%dT%H%M%SZ')}"
-    stem.with_suffix(".txt").write_text(header + "\n" + text + "\n")
-    stem.with_suffix(".json").write_text(json.dumps(dict(command=command, date=started.isoformat(), wall_seconds=round(wall, 1),
+    write_text(stem.with_suffix(".txt"), header + "\n" + text + "\n")
+    write_text(stem.with_suffix(".json"), json.dumps(dict(command=command, date=started.isoformat(), wall_seconds=round(wall, 1),
                                                          **result), indent=1, default=str))
     print(f"\nsaved {stem}.txt and .json")
     return 0

@@ -29,6 +29,8 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
+from tide_dspy.util.safe_write import write_text
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -127,8 +129,8 @@ def main(argv: list[str] | None = None) -> int:
               "threads": args.threads, "cpus": os.cpu_count(), "python": platform.python_version(),
               "command": "python experiments/bench_prompt_cache.py " + " ".join(argv if argv is not None else sys.argv[1:]),
               "runs": runs, "same_answer": same, "ratio": round(ratio, 4), "goal": "<= 0.1x"}
-    (out / f"{args.backbone}-{stamp}.json").write_text(json.dumps(result, indent=1) + "\n")
-    (out / f"{args.backbone}-{stamp}.txt").write_text(text + "\n")
+    write_text(out / f"{args.backbone}-{stamp}.json", json.dumps(result, indent=1) + "\n")
+    write_text(out / f"{args.backbone}-{stamp}.txt", text + "\n")
     print(f"-> {out / args.backbone}-{stamp}.{{json,txt}}")
     return 0
 

@@ -35,6 +35,7 @@ sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).res
 from stub_server import StubServer  # noqa: E402
 
 from tide_dspy.cli.main import main as tide  # noqa: E402
+from tide_dspy.util.safe_write import write_text  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE = ROOT / "tests" / "fixtures" / "tiny_workspace.jsonl"
@@ -45,11 +46,8 @@ def instances_file(folder: Path, n: int) -> Path:
     """`n` copies of the fixture's instances, each with its own id."""
     rows = [json.loads(line) for line in FIXTURE.read_text().splitlines() if line.strip()]
     path = folder / "instances.jsonl"
-    with path.open("w") as f:
-        for k in range(n):
-            row = dict(rows[k % len(rows)], instance_id=f"bench-{k:03d}")
-            f.write(json.dumps(row) + "\n")
-    return path
+    return write_text(path, "".join(json.dumps(dict(rows[k % len(rows)], instance_id=f"bench-{k:03d}")) + "\n"
+                                    for k in range(n)))
 
 
 def run(workers: int, data: Path, stub: StubServer, out: Path, rounds: int) -> dict:
@@ -111,8 +109,8 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    (out / f"{stamp}.json").write_text(json.dumps(result, indent=1) + "\n")
-    (out / f"{stamp}.txt").write_text(text + "\n")
+    write_text(out / f"{stamp}.json", json.dumps(result, indent=1) + "\n")
+    write_text(out / f"{stamp}.txt", text + "\n")
     print(f"-> {out / stamp}.{{json,txt}}")
     return 0
 

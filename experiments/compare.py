@@ -18,6 +18,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import plots  # noqa: E402
 
+from tide_dspy.util.safe_write import write_text  # noqa: E402
+
 FLOORS = plots.FLOOR_METHODS
 GOAL = 1.5  # issue 15: the LM methods' target, as a multiple of the higher chance floor
 
@@ -87,8 +89,8 @@ def main(argv=None) -> int:
         sources.append(provenance(label, Path(folder)))
     args.out.mkdir(parents=True, exist_ok=True)
     lines = [*table(variants), "", "Runs:", *sources]
-    (args.out / "compare.md").write_text("\n".join(lines) + "\n")
-    (args.out / "command.txt").write_text(shlex.join(["python", "experiments/compare.py", *(argv or sys.argv[1:])]) + "\n")
+    write_text(args.out / "compare.md", "\n".join(lines) + "\n")
+    write_text(args.out / "command.txt", shlex.join(["python", "experiments/compare.py", *(argv or sys.argv[1:])]) + "\n")
     plots.compare(variants, args.out / "compare.png", args.title, GOAL)
     print("\n".join(lines))
     return 0

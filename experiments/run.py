@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import io
 import json
 import sys
 import time
@@ -31,6 +32,7 @@ from tide_dspy.schemas import SETTING_NAMES
 from tide_dspy.domains import get_setting
 from tide_dspy.templates import TemplateLibrary, solved_demos
 from tide_dspy.tracking import tracked_run
+from tide_dspy.util.safe_write import write_text
 
 sys.path.insert(0, str(Path(__file__).parent))
 import plots  # noqa: E402
@@ -122,11 +124,11 @@ def rows_by_run(rows: list[dict], runs: int, n_instances: int) -> list[list[dict
 # ---- outputs ----
 
 def write_csv(path: Path, records: list[dict]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(records[0]))
-        writer.writeheader()
-        writer.writerows(records)
+    text = io.StringIO(newline="")
+    writer = csv.DictWriter(text, fieldnames=list(records[0]))
+    writer.writeheader()
+    writer.writerows(records)
+    write_text(path, text.getvalue())
 
 
 def raw_seconds(out: Path, instances: list) -> dict[str, float]:
@@ -152,7 +154,7 @@ def write_meta(path: Path, lm, judge, started: float, extra: dict | None = None)
         "wall_seconds": round(time.time() - started, 1),
         **(extra or {}),
     }
-    path.write_text(json.dumps(meta, indent=2) + "\n")
+    write_text(path, json.dumps(meta, indent=2) + "\n")
 
 
 def table1(args, instances, out, lm, judge, stem: str = "table1") -> dict:
@@ -183,7 +185,7 @@ def table1(args, instances, out, lm, judge, stem: str = "table1") -> dict:
         cells = [f"{pct_or(rec[f'{c}_coverage'])} / {pct_or(rec[f'{c}_f1'])}" for c in analysis.COMPONENTS]
         lines.append(f"| {rec['method']} | {' | '.join(cells)} |")
     lines += ["", *floor_ratios(records)]
-    (out / f"{stem}.md").write_text("\n".join(lines) + f"\n\njudge: {getattr(judge, 'label', 'none')}\n")
+    write_text(out / f"{stem}.md", "\n".join(lines) + f"\n\njudge: {getattr(judge, 'label', 'none')}\n")
     plots.table1(records, out / f"{stem}.png",
                  title=f"{args.setting} / {args.backbone} / judge: {getattr(judge, 'label', 'none')}")
     print("\n".join(lines))

@@ -23,6 +23,8 @@ import sys
 import time
 from pathlib import Path
 
+from tide_dspy.util.safe_write import append_text, write_text
+
 ROOT = Path(__file__).resolve().parents[1]
 RANKINGS = ("probabilities", "written", "random", "first-listed")
 
@@ -85,8 +87,7 @@ def main(argv: list[str] | None = None) -> int:
                 record = scanner(instance, view, guidance)
             scan = {"instance_id": instance.instance_id, "seconds": round(time.perf_counter() - t0, 1),
                     **record.model_dump()}
-            with scans_path.open("a") as f:
-                f.write(json.dumps(scan) + "\n")
+            append_text(scans_path, json.dumps(scan) + "\n")
         print(f"[{n}/{len(instances)}] {instance.instance_id}: {len(view.ids)} artifacts, {scan['seconds']} s, "
               f"{scan['from_probabilities']} scored from probabilities, {scan['failures']} failed", flush=True)
         ranked = rankings(scan, view.ids, seed=f"{args.seed}:{instance.instance_id}")
@@ -94,13 +95,13 @@ def main(argv: list[str] | None = None) -> int:
                      **{f"{name}@{k}": recall_at(ids, instance, k) for name, ids in ranked.items() for k in args.at}})
 
     means = {key: round(sum(r[key] for r in rows) / len(rows), 4) for key in rows[0] if "@" in key} if rows else {}
-    (out / "recall.json").write_text(json.dumps({"command": " ".join(sys.argv), "library": str(library),
+    write_text(out / "recall.json", json.dumps({"command": " ".join(sys.argv), "library": str(library),
                                                   "instances": rows, "mean": means}, indent=2))
     lines = ["| ranking | " + " | ".join(f"recall@{k}" for k in args.at) + " |",
              "|---|" + "---|" * len(args.at)]
     lines += [f"| {name} | " + " | ".join(f"{means[f'{name}@{k}']:.3f}" for k in args.at) + " |" for name in RANKINGS]
     table = "\n".join(lines)
-    (out / "recall.md").write_text(table + "\n")
+    write_text(out / "recall.md", table + "\n")
     print(table)
     return 0
 

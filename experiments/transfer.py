@@ -17,6 +17,8 @@ import json
 import sys
 from pathlib import Path
 
+from tide_dspy.util.safe_write import write_text
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -112,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
                          "instances": summary["instances"],
                          "f1": summary["f1"], "coverage": summary["coverage"], "judge": summary["judge"],
                          **copied_tokens(rows, TemplateLibrary.load(path), instances, setting)}
-    (out / "transfer.json").write_text(json.dumps(report, indent=1, ensure_ascii=False) + "\n")
+    write_text(out / "transfer.json", json.dumps(report, indent=1, ensure_ascii=False) + "\n")
     print(json.dumps(report, indent=1, ensure_ascii=False))
     return 0
 

@@ -35,6 +35,8 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 from services import mlflow_server, postgres_cluster, postgres_missing  # noqa: E402
 from stub_server import StubServer  # noqa: E402
 
+from tide_dspy.util.safe_write import write_text  # noqa: E402
+
 FIXTURE = ROOT / "tests" / "fixtures" / "tiny_workspace.jsonl"
 OUT = ROOT / "experiments" / "results" / "tune_workers"
 
@@ -46,9 +48,8 @@ def write_inputs(folder: Path) -> tuple[Path, Path]:
 
     rows = [json.loads(line) for line in FIXTURE.read_text().splitlines() if line.strip()]
     data = folder / "train.jsonl"
-    with data.open("w") as f:
-        for k in range(4):
-            f.write(json.dumps(dict(rows[k % len(rows)], instance_id=f"tiny-train-{k}", split="train")) + "\n")
+    write_text(data, "".join(json.dumps(dict(rows[k % len(rows)], instance_id=f"tiny-train-{k}", split="train")) + "\n"
+                             for k in range(4)))
     library = TemplateLibrary([Template(id=f"ws-t0{i}", name=f"pattern {i}", pattern=f"shape {i}",
                                         evidence_flow=["x"]) for i in range(1, 5)], "workspace")
     return data, library.save(folder / "templates.json")
@@ -136,8 +137,8 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    (out / f"{stamp}.json").write_text(json.dumps({"date": stamp, **result}, indent=1) + "\n")
-    (out / f"{stamp}.txt").write_text(text + "\n")
+    write_text(out / f"{stamp}.json", json.dumps({"date": stamp, **result}, indent=1) + "\n")
+    write_text(out / f"{stamp}.txt", text + "\n")
     print(f"-> {out / stamp}.{{json,txt}}")
     return 0
 

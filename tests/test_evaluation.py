@@ -117,7 +117,8 @@ def test_a_failing_instance_is_recorded_scored_zero_and_rerun_on_resume(tmp_path
 
 def test_a_cut_last_line_is_ignored(tmp_path):
     out = tmp_path / "results.jsonl"
-    out.write_text(json.dumps({"instance_id": "a", "score": {}}) + "\n" + '{"instance_id": "b", "sco')
+    row = {"instance_id": "a", "score": metrics.score_instance([], [], setting="workspace").model_dump(), "findings": []}
+    out.write_text(json.dumps(row) + "\n" + '{"instance_id": "b", "sco')
     assert list(read_rows(out)) == ["a"]
 
 

@@ -25,6 +25,7 @@ from tide_dspy.schemas import (
     WorkspaceFindingDraft,
 )
 from tide_dspy.util.diffs import patch_paths
+from tide_dspy.util.text import cap_finding
 
 NO_GUIDANCE = "(none)"
 
@@ -281,7 +282,8 @@ class Setting:
 
     def clean(self, draft: Any, instance: Instance, round_no: int,
               view: ContextView | None = None) -> tuple[Finding, Hygiene]:
-        """Drop evidence ids the instance lacks (recorded) and flag what the setting's checks reject."""
+        """Drop evidence ids the instance lacks (recorded), flag what the setting's checks reject, and cap each
+        model-written field (util.text.cap_finding): the capped finding is what the reports and the next round read."""
         evidence, dropped, aliased = self.resolve_evidence(list(draft.evidence_ids), instance, view)
         fields, flags = self.resolution(draft, instance)
         if not evidence:
@@ -295,7 +297,8 @@ class Setting:
             flags=flags,
             **fields,
         )
-        return finding, Hygiene(tuple(dropped), aliased, tuple(flags))
+        cap_finding(finding)
+        return finding, Hygiene(tuple(dropped), aliased, tuple(finding.flags))
 
     def render_demo(self, instance: Instance, problem: GoldProblem) -> str:
         """A raw solved example, used in place of templates by the Iter + Demos ablation."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 import json
 import logging
 import os
@@ -26,6 +27,7 @@ from tqdm.auto import tqdm
 
 from tide_dspy import metrics
 from tide_dspy.backbones import lm_context
+from tide_dspy.retry import describe_error
 from tide_dspy.schemas import Instance
 from tide_dspy.util.hashing import sha256_hex
 from tide_dspy.util.paths import DATA_ENV, data_root
@@ -90,8 +92,34 @@ def select_instances(instances: list[Instance], *, max_context_tokens: int | Non
     return instances[:limit] if limit is not None else instances
 
 
+# What a row must hold to be continued by --resume; a row without one of them is corrupt and its instance reruns.
+ROW_KEYS = ("instance_id", "score", "findings")
+
+
+def row_problem(row: dict) -> str | None:
+    """Why a parsed row cannot be continued (a missing key, a score that does not validate), or None."""
+    from tide_dspy.metrics.scoring import InstanceScore
+
+    missing = [k for k in ROW_KEYS if k not in row]
+    if missing:
+        return f"no {', '.join(missing)}"
+    if not isinstance(row["findings"], list):
+        return "findings is not a list"
+    if row.get("error"):
+        return None  # an error row reruns anyway; its score is the empty one
+    try:
+        score = InstanceScore.model_validate(row["score"])
+    except ValueError as exc:
+        return f"its score does not validate ({str(exc).splitlines()[0]})"
+    lacking = [f"{part}.{c}" for part in ("coverage", "precision", "f1") for c in metrics.COMPONENTS
+               if c not in getattr(score, part)]
+    return f"its score lacks {', '.join(lacking)}" if lacking else None
+
+
 def read_rows(path: str | Path) -> dict[str, dict]:
-    """The last row per instance id of a results JSONL (later rows of an id supersede earlier ones)."""
+    """The last row per instance id of a results JSONL (later rows of an id supersede earlier ones). A row cut
+    off by a crash, or one that lacks a key the scores need, is reported by file and line and left out, so
+    --resume runs its instance again."""
     path = Path(path)
     rows: dict[str, dict] = {}
     if not path.exists():
@@ -109,9 +137,15 @@ def read_rows(path: str | Path) -> dict[str, dict]:
             except RecursionError:
                 raise ValueError(f"{path}: line {n} is nested too deeply to be a result row; start over with "
                                  "--fresh or write to another --out") from None
-            if not isinstance(row, dict) or "instance_id" not in row:
+            if not isinstance(row, dict) or not isinstance(row.get("instance_id"), str):
                 raise ValueError(f"{path}: line {n} is not a result row (no instance_id); start over with --fresh "
                                  "or write to another --out")
+            problem = row_problem(row)
+            if problem is not None:
+                log.warning("%s: line %d is a corrupt result row (%s); its instance %s runs again", path, n,
+                            problem, row["instance_id"])
+                rows.pop(row["instance_id"], None)
+                continue
             rows[row["instance_id"]] = row
     return rows
 
@@ -120,7 +154,9 @@ def trim_partial_line(path: Path) -> None:
     """Cut a last line that a crash left without its newline, so the next row starts on a line of its own."""
     if not path.exists() or path.stat().st_size == 0:
         return
-    with path.open("rb+") as f:
+    from tide_dspy.util.safe_write import open_existing
+
+    with os.fdopen(open_existing(path), "rb+") as f:
         f.seek(-1, os.SEEK_END)
         if f.read(1) == b"\n":
             return
@@ -130,6 +166,14 @@ def trim_partial_line(path: Path) -> None:
         log.warning("%s: the last row was cut off mid-write (%d bytes); dropping it before appending",
                     path, len(data) - keep)
         f.truncate(keep)
+
+
+def append_row(path: Path, row: dict) -> None:
+    """One result row, scrubbed of secrets, appended through util.safe_write (O_APPEND, never through a link)."""
+    from tide_dspy.util.safe_write import append_text
+    from tide_dspy.util.secrets import scrub_text
+
+    append_text(path, scrub_text(json.dumps(row, ensure_ascii=False)) + "\n")
 
 
 def program_hash(program) -> str:
@@ -153,7 +197,7 @@ def _run_one(program, instance: Instance, judge, on_round) -> dict:
             # Nothing the LM said was usable: an error row, so --resume runs the instance again.
             error = f"every round failed; last: {rounds[-1].error}"
     except Exception as exc:  # noqa: BLE001 - one failing instance must not end the run
-        error = f"{type(exc).__name__}: {exc}"
+        error = describe_error(exc)
         log.warning("instance %s failed: %s\n%s", instance.instance_id, error, traceback.format_exc())
     # A failed instance scores as finding nothing: an error never raises a score.
     score = metrics.score_instance(instance.problems, findings, judge=judge, setting=instance.setting)
@@ -220,6 +264,29 @@ def _run_all(program, todo: list[Instance], judge, workers: int, bar, lm, mark):
                 future.cancel()
 
 
+RUN_FILES = ("results.jsonl", "config.json", "summary.json", "lm_usage.json")  # what evaluate writes beside rows
+
+
+def out_lock(folder: Path):
+    """The exclusive lock on a results folder (util.safe_write.OutLock): a second run into it is refused, naming
+    the pid that holds it."""
+    from tide_dspy.util.safe_write import OutLock
+
+    return OutLock(folder, RUN_FILES)
+
+
+def holds_out_lock(run):
+    """`run` (evaluate) with the lock on its `out_path`'s folder held while it runs."""
+    @functools.wraps(run)
+    def locked(*args, out_path: str | Path | None = None, **kwargs):
+        if out_path is None:
+            return run(*args, out_path=None, **kwargs)
+        with out_lock(Path(out_path).parent):
+            return run(*args, out_path=out_path, **kwargs)
+    return locked
+
+
+@holds_out_lock
 def evaluate(
     program,
     instances: list[Instance],
@@ -281,9 +348,7 @@ def evaluate(
                 row["execution"] = execute(by_id[row["instance_id"]], row["findings"])
             rows[row["instance_id"]] = row
             if out_path is not None:
-                with out_path.open("a") as f:
-                    f.write(json.dumps(row, ensure_ascii=False) + "\n")
-                    f.flush()
+                append_row(out_path, row)
     bar.close()
 
     scores = [rows[i.instance_id]["score"] for i in instances if i.instance_id in rows]

@@ -11,7 +11,9 @@ import json
 from pathlib import Path
 
 import dspy
+from dspy.utils.saving import get_dependency_versions
 
+from tide_dspy.util.safe_write import write_text
 from tide_dspy.util.secrets import scrub_secrets
 from tide_dspy.data.records import describe_record_error
 from tide_dspy.util.jsonio import read_json_file
@@ -107,14 +109,14 @@ def save_program(program: DiscoveryProgram, path: str | Path, extra: dict | None
     path = Path(path)
     if path.suffix != ".json":
         raise ValueError(f"{path}: programs are saved as JSON state; use a .json path")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    program.save(str(path))
-    state = json.loads(path.read_text())
+    # The state DSPy's `save` writes for a .json path, built here so that it reaches the disk only through
+    # util.safe_write (never through a link, never half-written).
+    state = json.loads(json.dumps(program.dump_state(), default=str))
+    state["metadata"] = {"dependency_versions": get_dependency_versions()}
     for name, _ in program.named_predictors():
         state[name]["lm"] = None  # the LM is the user's choice at run time (and its state may hold headers)
     state["tide_extra"] = scrub_secrets({"method": method_of(program), "dspy_version": dspy.__version__, **(extra or {})})
-    path.write_text(json.dumps(state, indent=2, ensure_ascii=False) + "\n")
-    return path
+    return write_text(path, json.dumps(state, indent=2, ensure_ascii=False) + "\n")
 
 
 def fetch_program_file(uri: str) -> Path:

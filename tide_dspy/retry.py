@@ -42,8 +42,12 @@ def sampling_config(attempt: int, *, rollout: int | None = None, base: int = 0, 
 
 
 def describe_error(exc: BaseException, chars: int | None = None) -> str:
-    """`Type: message`, the message cut to `chars` characters when given."""
-    return f"{type(exc).__name__}: {str(exc)[:chars] if chars is not None else exc}"
+    """`Type: message`, the message scrubbed of secrets (a gateway may echo the key) and then cut to `chars`
+    characters when given: the one place an error becomes text that is logged, printed or saved."""
+    from tide_dspy.util.secrets import scrub_text
+
+    message = scrub_text(str(exc))
+    return f"{type(exc).__name__}: {message[:chars] if chars is not None else message}"
 
 
 @dataclass

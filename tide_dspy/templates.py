@@ -89,10 +89,9 @@ class TemplateLibrary:
         return {"setting": self.setting, "meta": self.meta, "templates": [t.model_dump() for t in self.templates]}
 
     def save(self, path: str | Path) -> Path:
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(self.to_dict(), indent=1, ensure_ascii=False) + "\n")
-        return path
+        from tide_dspy.util.safe_write import write_text
+
+        return write_text(path, json.dumps(self.to_dict(), indent=1, ensure_ascii=False) + "\n")
 
     @classmethod
     def load(cls, path: str | Path) -> TemplateLibrary:

@@ -23,7 +23,7 @@ from typing import Any
 from tide_dspy.util.git import head_sha
 from tide_dspy.util.hashing import short_sha256
 from tide_dspy.util.jsonio import read_json_file, write_json
-from tide_dspy.util.secrets import scrub_secrets
+from tide_dspy.util.secrets import scrub_secrets, scrub_text
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +31,32 @@ DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
 EXPERIMENT = "tide-dspy"
 MODEL_TYPE = "tide-dspy-json-state"
 PARAM_MAX_CHARS = 6000
+class TrackingError(ValueError):
+    """The MLflow store cannot be used (locked, read-only, unreachable): one line, with the way around it."""
+
+
+def tracking_error(uri: str | None, exc: BaseException) -> TrackingError:
+    """`exc` from MLflow as one line that names the store and the `--no-track` way around it."""
+    from tide_dspy.retry import describe_error
+
+    first = (describe_error(exc).splitlines() or [type(exc).__name__])[0][:400]
+    where = scrub_text(uri or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI)
+    return TrackingError(f"MLflow store {where} cannot be used ({first}); pass --no-track to run without "
+                         "tracking, or --tracking-uri for another store")
+
+
+@contextmanager
+def tracking_errors(uri: str | None) -> Iterator[None]:
+    """Any error of the MLflow calls inside becomes a TrackingError (one line, not MLflow's traceback)."""
+    try:
+        yield
+    except TrackingError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - whatever the store raises, the user gets one line
+        log.debug("MLflow error", exc_info=True)
+        raise tracking_error(uri, exc) from None
+
+
 def configure_tracking(uri: str | None = None) -> str:
     import mlflow
 
@@ -123,6 +149,7 @@ class TrackedRun:
     lms: dict[str, Any] = field(default_factory=dict)  # role -> LM whose usage counts from the start of the run
     started: float = field(default_factory=time.perf_counter)
     marks: dict[str, str | None] = field(default_factory=dict)
+    uri: str | None = None  # the MLflow store, for error messages
 
     def __post_init__(self):
         from tide_dspy.backbones.usage import usage_mark
@@ -154,34 +181,40 @@ class TrackedRun:
         if self.enabled:
             import mlflow
 
-            mlflow.log_metrics({k: float(v) for k, v in values.items() if v is not None})
+            with tracking_errors(self.uri):
+                mlflow.log_metrics({k: float(v) for k, v in values.items() if v is not None})
 
     def log_params(self, values: dict) -> None:
         if self.enabled:
             import mlflow
 
-            mlflow.log_params(values)
+            with tracking_errors(self.uri):
+                mlflow.log_params(values)
 
     def log_scores(self, result, prefix: str = "") -> None:
         if self.enabled:
-            log_scores(result, prefix)
+            with tracking_errors(self.uri):
+                log_scores(result, prefix)
 
     def log_usage(self, usage: dict | None = None) -> None:
         """`usage` (default: this run's counters) as lm_usage.json and metrics."""
         if self.enabled:
-            log_usage(self.usage() if usage is None else usage)
+            with tracking_errors(self.uri):
+                log_usage(self.usage() if usage is None else usage)
 
     def log_dict(self, data: dict, name: str) -> None:
         if self.enabled:
             import mlflow
 
-            mlflow.log_dict(data, name)
+            with tracking_errors(self.uri):
+                mlflow.log_dict(data, name)
 
     def log_artifact(self, path: str | Path, folder: str | None = None) -> None:
         if self.enabled and Path(path).exists():
             import mlflow
 
-            mlflow.log_artifact(str(path), artifact_path=folder)
+            with tracking_errors(self.uri):
+                mlflow.log_artifact(str(path), artifact_path=folder)
 
 
 @contextmanager
@@ -198,15 +231,27 @@ def tracked_run(command: str, *, setting: str, backbone: str, params: dict | Non
         return
     import mlflow
 
-    configure_tracking(uri)
-    # The run names its experiment: when two processes create it at once, the loser's set_experiment returns it
-    # without making it active (MLflow 3.x), and a bare start_run would land in "Default".
-    experiment_id = mlflow.set_experiment(experiment).experiment_id
-    with mlflow.start_run(run_name=f"{command}-{setting}-{backbone}", experiment_id=experiment_id) as run:
-        mlflow.set_tags({"tide.command": command, "tide.setting": setting, "tide.backbone": backbone})
-        log_params({"command": command, "setting": setting, "backbone": backbone, "git_sha": git_sha(),
-                    **(params or {})})
-        yield TrackedRun(run, command_line, lms)
+    with tracking_errors(uri):
+        uri = configure_tracking(uri)
+        # The run names its experiment: when two processes create it at once, the loser's set_experiment returns
+        # it without making it active (MLflow 3.x), and a bare start_run would land in "Default".
+        experiment_id = mlflow.set_experiment(experiment).experiment_id
+        run = mlflow.start_run(run_name=f"{command}-{setting}-{backbone}", experiment_id=experiment_id)
+    status = "FAILED"
+    try:
+        with tracking_errors(uri):
+            mlflow.set_tags({"tide.command": command, "tide.setting": setting, "tide.backbone": backbone})
+            log_params({"command": command, "setting": setting, "backbone": backbone, "git_sha": git_sha(),
+                        **(params or {})})
+        yield TrackedRun(run, command_line, lms, uri=uri)
+        status = "FINISHED"
+    finally:
+        try:
+            mlflow.end_run(status)
+        except Exception as exc:  # noqa: BLE001 - a store that fails at the end: one line, unless already failing
+            if status == "FINISHED":
+                raise tracking_error(uri, exc) from None
+            log.warning("%s", tracking_error(uri, exc))
 
 
 def model_name(setting: str, backbone: str) -> str:
@@ -218,6 +263,11 @@ def register_program(program_path: str | Path, setting: str, backbone: str, para
     """Log the program JSON as an MLflow LoggedModel of the active run and register it as tide-<setting>-<backbone>.
 
     The model's only artifact is the JSON state; `tide_dspy.load_program("models:/<name>/<version>")` fetches it."""
+    with tracking_errors(None):
+        return _register_program(program_path, setting, backbone, params)
+
+
+def _register_program(program_path: str | Path, setting: str, backbone: str, params: dict | None):
     import mlflow
     from mlflow import MlflowClient
 

@@ -40,12 +40,13 @@ class Selection(BaseModel):
     ids: list[str] | None = None
     max_context_tokens: int | None = None
     limit: int | None = None
+    skip_invalid: bool = False  # leave out (and list) records that are not valid instances
 
     def load(self) -> list[Instance]:
         from tide_dspy.data import load_instances
 
         path = data_path(self.setting, self.data)
-        instances = load_instances(path, setting=self.setting, split=self.split)
+        instances = load_instances(path, setting=self.setting, split=self.split, skip_invalid=self.skip_invalid)
         if self.ids:
             known = {i.instance_id for i in instances}
             missing = [i for i in self.ids if i not in known]

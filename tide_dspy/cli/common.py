@@ -152,6 +152,8 @@ def add_data_options(p: argparse.ArgumentParser, split: str) -> None:
     p.add_argument("--max-context-tokens", type=positive_int, default=None,
                    help="only instances whose rendered context fits this many (estimated) tokens, smallest first")
     p.add_argument("--limit", type=positive_int, default=None, help="at most N instances (after the filters above)")
+    p.add_argument("--skip-invalid", action="store_true",
+                   help="skip records of the data that are not valid instances (each is listed), instead of stopping")
 
 
 def add_output_options(p: argparse.ArgumentParser) -> None:

@@ -8,6 +8,7 @@ import sys
 from tide_dspy.backbones import LMOptions, lm_from_options
 from tide_dspy.cli.common import (add_lm_options, add_sandbox_options, check_output_folder, positive_float,
                                   positive_int, sandbox_options)
+from tide_dspy.util.safe_write import OutLock
 
 
 def _add_run_options(parser: argparse.ArgumentParser) -> None:
@@ -27,7 +28,10 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
                            "context into windows); default: the backbone's, where measured to help")
     scan.add_argument("--no-scan", dest="scan", action="store_const", const=0,
                       help="read the whole context in every round (split into windows when it does not fit)")
-    parser.add_argument("--out", default="tide-report", help="report folder (default: ./tide-report)")
+    parser.add_argument("--out", default="tide-report", help="report folder (default: ./tide-report); a folder "
+                                                              "inside the tree being read is refused")
+    parser.add_argument("--out-inside", action="store_true",
+                        help="allow --out inside the tree being read (which could ship files or links there)")
     add_lm_options(parser)
 
 
@@ -59,6 +63,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     ws.add_argument("dir", help="the workspace folder")
     ws.add_argument("--profile", default=None, help="profile.yaml: who the person is (full_name, occupation, about, today, ...)")
     ws.add_argument("--actions", default=None, help="actions.yaml: the action library (default: one action per PROBE type)")
+    ws.add_argument("--exclude", action="append", default=[], metavar="GLOB",
+                    help="skip these files (glob on paths relative to DIR, or a folder); repeatable")
     _add_run_options(ws)
     ws.set_defaults(func=run_workspace)
 
@@ -68,22 +74,35 @@ ALL_ROUNDS_FAILED = 3  # exit status of a run in which no round produced usable 
 
 def _report(result, args: argparse.Namespace) -> int:
     from tide_dspy.product import write_report
+    from tide_dspy.util.text import print_line
 
     paths = write_report(result, args.out)
-    print(f"report: {paths['report.md']} (also {paths['report.html'].name}, {paths['findings.json'].name}, "
-          f"{paths['run.json'].name})")
+    print_line(f"report: {paths['report.md']} (also {paths['report.html'].name}, {paths['findings.json'].name}, "
+               f"{paths['run.json'].name})")
     if result.every_round_failed():
-        print(f"tide: error: every round failed ({len(result.rounds)} of {len(result.rounds)}), so the report's "
-              f"'no findings' means nothing; first error: {result.first_error()}", file=sys.stderr)
+        print_line(f"tide: error: every round failed ({len(result.rounds)} of {len(result.rounds)}), so the report's "
+                   f"'no findings' means nothing; first error: {result.first_error()}", file=sys.stderr)
         return ALL_ROUNDS_FAILED
     return 0
 
 
-def _common(args: argparse.Namespace) -> dict:
+def _common(args: argparse.Namespace, tree: str) -> dict:
+    from tide_dspy.util.safe_write import refuse_inside
+    from tide_dspy.util.text import print_line
+
     check_output_folder(args.out)
+    if not args.out_inside:
+        refuse_inside(args.out, tree)
     return dict(lm=lm_from_options(LMOptions.from_namespace(args)), backbone=args.backbone, program=args.program, templates=args.templates,
                 rounds=args.rounds, per_round=args.per_round, max_context_tokens=args.max_context_tokens,
-                scan=scan_focus(args), progress=lambda line: print(line, flush=True))
+                scan=scan_focus(args), progress=print_line)
+
+
+def out_lock(out: str) -> OutLock:
+    """The lock on --out, which also refuses a link where a report file goes, before any LM work."""
+    from tide_dspy.product.report import REPORT_FILES
+
+    return OutLock(out, REPORT_FILES)
 
 
 def scan_focus(args: argparse.Namespace) -> int | None:
@@ -104,13 +123,18 @@ def run_repo(args: argparse.Namespace) -> int:
     if limits and args.verify is None:
         raise ValueError("--verify-timeout and --verify-total need --verify CMD")
     sandbox = sandbox_options(args, args.verify is not None, "--verify CMD")
-    result = discover_repository(args.path, include=args.include, exclude=args.exclude, since=args.since,
-                                 verify=args.verify, **limits, verify_sandbox=sandbox, **_common(args))
-    return _report(result, args)
+    common = _common(args, args.path)
+    with out_lock(args.out):
+        result = discover_repository(args.path, include=args.include, exclude=args.exclude, since=args.since,
+                                     verify=args.verify, **limits, verify_sandbox=sandbox, **common)
+        return _report(result, args)
 
 
 def run_workspace(args: argparse.Namespace) -> int:
     from tide_dspy.product import discover_workspace
 
-    result = discover_workspace(args.dir, profile=args.profile, actions=args.actions, **_common(args))
-    return _report(result, args)
+    common = _common(args, args.dir)
+    with out_lock(args.out):
+        result = discover_workspace(args.dir, profile=args.profile, actions=args.actions, exclude=args.exclude,
+                                    **common)
+        return _report(result, args)

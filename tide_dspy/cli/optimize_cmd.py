@@ -101,7 +101,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def _selection(args: argparse.Namespace) -> workflows.Selection:
     ids = [i.strip() for i in args.ids.split(",") if i.strip()] if args.ids else None
     return workflows.Selection(setting=args.setting, split=args.split, data=args.data, ids=ids,
-                               max_context_tokens=args.max_context_tokens, limit=args.limit)
+                               max_context_tokens=args.max_context_tokens, limit=args.limit,
+                               skip_invalid=args.skip_invalid)
 
 
 def _common(args: argparse.Namespace) -> dict:
@@ -172,7 +173,21 @@ def run_evaluate(args: argparse.Namespace) -> int:
     if r.executed:
         print(execution_line(r.result))
     print(f"{r.seconds}s; results -> {r.results_path}")
-    return 0
+    return every_instance_failed(r.result)
+
+
+def every_instance_failed(result) -> int:
+    """ALL_ROUNDS_FAILED (as `tide discover` returns) with a line saying so when no instance produced usable
+    output, so the table's zeros mean nothing; else 0."""
+    from tide_dspy.cli.discover_cmd import ALL_ROUNDS_FAILED
+    from tide_dspy.util.text import print_line
+
+    if result.n_instances == 0 or result.n_failed < result.n_instances:
+        return 0
+    print_line(f"tide: error: every instance failed ({result.n_failed} of {result.n_instances}), so the table's "
+               f"zeros mean nothing; the errors are in {result.out_path or 'the log above'} (fix the cause and "
+               "run again with --resume)", file=sys.stderr)
+    return ALL_ROUNDS_FAILED
 
 
 def execution_line(result) -> str:

@@ -28,6 +28,7 @@ from tide_dspy.util.diffs import touched_paths
 from tide_dspy.data.loaders import jsonl_lines, load_instances
 from tide_dspy.domains import REPOSITORY
 from tide_dspy.schemas import Artifact
+from tide_dspy.util.safe_write import append_text, write_text
 
 logger = logging.getLogger(__name__)
 
@@ -289,17 +290,15 @@ def build_repository_instances(rows_path: str | Path, repo: str | Path, out: str
     clone = GitClone(repo)
     builder = RepoBuilder(clone, rows, max_candidates=max_candidates, max_problems=max_problems)
     groups = builder.groups()
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
+    out = write_text(out, "")  # each record is appended as it is built
     prefix = repo_name.replace("/", "__")
-    with out.open("w") as f:
-        for k, group in enumerate(groups, 1):
-            files = AnchorFiles(clone, group.anchor, group.rows)
-            try:
-                record = builder.record(group, f"{prefix}__multi-{k:02d}", split, files)
-            finally:
-                files.close()
-            f.write(json.dumps(record) + "\n")
+    for k, group in enumerate(groups, 1):
+        files = AnchorFiles(clone, group.anchor, group.rows)
+        try:
+            record = builder.record(group, f"{prefix}__multi-{k:02d}", split, files)
+        finally:
+            files.close()
+        append_text(out, json.dumps(record) + "\n")
     if groups:
         load_instances(out, setting=REPOSITORY.name)  # the output must pass the loader's validation
     grouped = sum(len(g.rows) for g in groups)

@@ -7,9 +7,10 @@ of these reasons is listed with the reason, so a report can say what it did not 
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -49,6 +50,12 @@ def unsafe_reason(root: Path, path: Path, max_bytes: int) -> str | None:
     if info.st_size > max_bytes:
         return f"{info.st_size} bytes, over the {max_bytes}-byte cap per file: not read"
     return None
+
+
+def matches_any(path: str, patterns: Iterable[str]) -> bool:
+    """True when the relative posix `path` matches a glob of `patterns` or lies in a folder named by one
+    (--include / --exclude)."""
+    return any(fnmatch.fnmatch(path, p) or path.startswith(p.rstrip("/") + "/") for p in patterns)
 
 
 def scan_files(root: str | Path, wanted: Callable[[str], bool], skip_dir: Callable[[Path], bool]) -> FileScan:

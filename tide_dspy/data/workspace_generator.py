@@ -32,6 +32,7 @@ from tide_dspy.data.loaders import load_instances
 from tide_dspy.data.records import instance_from_record
 from tide_dspy.domains import WORKSPACE
 from tide_dspy.retry import call_with_retries
+from tide_dspy.util.safe_write import append_text, write_text
 
 logger = logging.getLogger(__name__)
 
@@ -357,11 +358,10 @@ def generate_workspaces(lm: dspy.LM, n: int, out: str | Path, split: str = "test
     """
     generator = generator or WorkspaceGenerator(retries=retries)
     rng = random.Random(seed)
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
+    out = write_text(out, "")  # each workspace is appended as it is generated
     written = 0
     say = progress or (lambda _msg: None)
-    with dspy.context(lm=lm), out.open("w") as f:
+    with dspy.context(lm=lm):
         for k in range(1, n + 1):
             today = (date(2026, 1, 5) + timedelta(days=rng.randrange(0, 300))).isoformat()
             hint, n_problems = rng.choice(ROLE_HINTS), rng.randint(*problems)
@@ -375,8 +375,7 @@ def generate_workspaces(lm: dspy.LM, n: int, out: str | Path, split: str = "test
                 say(f"workspace {k}/{n}: skipped: {exc}")
                 logger.warning("workspace %d/%d skipped: %s", k, n, exc)
                 continue
-            f.write(json.dumps(pred.record) + "\n")
-            f.flush()
+            append_text(out, json.dumps(pred.record) + "\n")
             written += 1
     if written:
         load_instances(out, setting=WORKSPACE.name)

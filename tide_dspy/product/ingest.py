@@ -8,6 +8,7 @@ ids; moving a file does. A file that cannot be read is reported with its name an
 from __future__ import annotations
 
 import mailbox
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from email import policy
@@ -18,7 +19,7 @@ from pathlib import Path
 
 import icalendar
 
-from tide_dspy.data.safe_files import FileScan, read_capped, scan_files
+from tide_dspy.data.safe_files import FileScan, matches_any, read_capped, scan_files
 from tide_dspy.schemas import Artifact
 from tide_dspy.util.hashing import short_sha256
 
@@ -52,6 +53,19 @@ class IngestResult:
         for a in self.artifacts:
             out[a.kind] = out.get(a.kind, 0) + 1
         return out
+
+
+@dataclass
+class Reading:
+    """What a reader reports besides its items: fallbacks it used (`notes`), items of the file it had to leave
+    out (`skipped`: label, reason) and progress lines for a long read."""
+
+    notes: list[str] = field(default_factory=list)
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+    progress: Callable[[str], None] = lambda line: None
+
+
+MBOX_PROGRESS_BYTES = 4 * 2**20  # an mbox larger than this reports its progress, once per this many bytes read
 
 
 def stable_id(kind: str, rel_path: str, key: str) -> str:
@@ -140,29 +154,56 @@ def email_payload(msg: EmailMessage, notes: list[str]) -> tuple[dict, str | None
     return payload, timestamp or None
 
 
-def _parse_message(data: bytes) -> EmailMessage:
-    return BytesParser(policy=policy.default).parsebytes(data)
+TOO_DEEP = ("MIME parts nested too deeply to read (deeper than Python's recursion limit allows); a real "
+            "message nests a few levels")
 
 
-def read_eml(path: Path, notes: list[str]) -> list[tuple[str, dict, str | None]]:
-    msg = _parse_message(read_capped(path))
-    payload, created = email_payload(msg, notes)
+def _parsed_payload(data: bytes, notes: list[str]) -> tuple[EmailMessage, dict, str | None]:
+    """(message, payload, created_at) of one message's bytes; a message nested too deeply is an IngestError."""
+    try:
+        msg = BytesParser(policy=policy.default).parsebytes(data)
+        return (msg, *email_payload(msg, notes))
+    except RecursionError:
+        raise IngestError(TOO_DEEP) from None
+
+
+def read_eml(path: Path, reading: Reading) -> list[tuple[str, dict, str | None]]:
+    msg, payload, created = _parsed_payload(read_capped(path), reading.notes)
     return [(str(msg["Message-ID"] or "").strip() or "#0", payload, created)]
 
 
-def read_mbox(path: Path, notes: list[str]) -> list[tuple[str, dict, str | None]]:
-    box = mailbox.mbox(path, factory=lambda f: BytesParser(policy=policy.default).parse(f), create=False)
-    items = []
+def read_mbox(path: Path, reading: Reading) -> list[tuple[str, dict, str | None]]:
+    """Every message; one nested too deeply is left out (listed in `reading.skipped`) and the rest are read. A
+    large mbox reports messages and megabytes read as it goes."""
+    size = path.stat().st_size
+    report = size > MBOX_PROGRESS_BYTES
+    if report:
+        reading.progress(f"reading {path.name} ({size / 2**20:.1f} MB)")
+    box = mailbox.mbox(path, create=False)
+    items, done, next_report = [], 0, MBOX_PROGRESS_BYTES
     try:
-        for index, msg in enumerate(box):
-            payload, created = email_payload(msg, notes)
+        for index, key in enumerate(box.iterkeys()):
+            data = box.get_bytes(key)
+            done += len(data)
+            try:
+                msg, payload, created = _parsed_payload(data, reading.notes)
+            except IngestError as exc:
+                if str(exc) != TOO_DEEP:
+                    raise IngestError(f"message {index + 1}: {exc}") from None
+                reading.skipped.append((f"message {index + 1}", str(exc)))
+                continue
             items.append((str(msg["Message-ID"] or "").strip() or f"#{index}", payload, created))
-    except IngestError as exc:
-        raise IngestError(f"message {len(items) + 1}: {exc}") from None
+            if report and done >= next_report:
+                reading.progress(f"reading {path.name}: {index + 1} messages, {done / 2**20:.1f} of "
+                                 f"{size / 2**20:.1f} MB")
+                next_report += MBOX_PROGRESS_BYTES
     finally:
         box.close()
+    if report:
+        reading.progress(f"read {path.name}: {len(items)} messages ({done / 2**20:.1f} MB)")
     if not items:
-        raise IngestError("no messages found (an mbox file starts each message with a 'From ' line)")
+        raise IngestError("no messages found (an mbox file starts each message with a 'From ' line)"
+                          if not reading.skipped else "no message could be read")
     return items
 
 
@@ -212,7 +253,7 @@ def event_payload(event) -> tuple[dict, str | None]:
     return payload, iso(created) or None
 
 
-def read_ics(path: Path, notes: list[str]) -> list[tuple[str, dict, str | None]]:
+def read_ics(path: Path, reading: Reading) -> list[tuple[str, dict, str | None]]:
     try:
         calendar = icalendar.Calendar.from_ical(read_capped(path))
     except ValueError as exc:
@@ -231,7 +272,7 @@ def read_ics(path: Path, notes: list[str]) -> list[tuple[str, dict, str | None]]
 
 # ---- documents ----
 
-def read_document(path: Path, notes: list[str]) -> list[tuple[str, dict, str | None]]:
+def read_document(path: Path, reading: Reading) -> list[tuple[str, dict, str | None]]:
     try:
         text = read_capped(path).decode("utf-8-sig")
     except UnicodeDecodeError as exc:
@@ -259,27 +300,37 @@ def workspace_files(root: Path) -> FileScan:
     return scan_files(root, lambda name: not name.startswith("."), lambda folder: folder.name.startswith("."))
 
 
-def ingest_workspace(root: str | Path) -> IngestResult:
-    """Read every supported file under root; list unreadable or unsafe files in `skipped`, other types in
-    `ignored`, and items read with a decoding fallback in `fallbacks`."""
+def ingest_workspace(root: str | Path, *, exclude: Iterable[str] = (),
+                     progress: Callable[[str], None] = lambda line: None) -> IngestResult:
+    """Read every supported file under root but those matching `exclude` (globs on relative paths, or folders);
+    list unreadable or unsafe files in `skipped`, other types in `ignored`, and items read with a decoding
+    fallback in `fallbacks`. A long read reports its progress through `progress`."""
     root = Path(root)
     if not root.is_dir():
         raise FileNotFoundError(f"{root}: not a directory; pass a folder of .eml/.mbox/.ics/.md/.txt/.csv files")
     result = IngestResult()
+    exclude = list(exclude)
     scan = workspace_files(root)
-    result.skipped.extend(Skipped(s["path"], s["reason"]) for s in scan.skipped)
+    result.skipped.extend(Skipped(s["path"], s["reason"]) for s in scan.skipped if not matches_any(s["path"], exclude))
     for rel in scan.files:
+        if matches_any(rel, exclude):
+            continue
         reader = READERS.get(Path(rel).suffix.lower())
         if reader is None:
             result.ignored.append(rel)
             continue
         kind, read = reader
-        notes: list[str] = []
+        reading = Reading(progress=progress)
+        notes = reading.notes
         try:
-            items = read(root / rel, notes)
+            items = read(root / rel, reading)
         except (IngestError, ValueError, UnicodeError, LookupError, OSError) as exc:
             result.skipped.append(Skipped(rel, str(exc) or type(exc).__name__))
             continue
+        except RecursionError:
+            result.skipped.append(Skipped(rel, TOO_DEEP))
+            continue
+        result.skipped.extend(Skipped(f"{rel} ({label})", reason) for label, reason in reading.skipped)
         result.fallbacks.extend(Skipped(rel, note) for note in notes)
         for index, (key, payload, created) in enumerate(items):
             artifact_id = stable_id(kind, rel, key)

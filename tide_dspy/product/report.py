@@ -1,12 +1,17 @@
 """Write a discover run as report.md, findings.json, report.html and run.json.
 
-Both human-readable reports render the same per-finding view, so they always say the same thing.
+Both human-readable reports render the same per-finding view, so they always say the same thing. Everything in
+them that came from outside (model text, file names, error messages) is shown with its control characters
+escaped (util.text.printable); Markdown renders no HTML, link, image or clickable URL of it, and HTML escapes it.
+Each report holds at most REPORT_MODEL_CHARS characters of model text (each field is capped before, by
+util.text.cap_finding). Every file is scrubbed of secrets and written through util.safe_write.
 """
 
 from __future__ import annotations
 
 import html
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,6 +20,12 @@ from tide_dspy.product.patches import CHECK_COMMAND, PatchCheck
 from tide_dspy.product.result import DiscoverResult
 from tide_dspy.product.verify import NOT_RUN, VERIFIED, Verification
 from tide_dspy.schemas import Finding
+from tide_dspy.util.safe_write import write_text
+from tide_dspy.util.secrets import scrub_text
+from tide_dspy.util.text import printable
+
+REPORT_MODEL_CHARS = 1_000_000  # model text one report shows; the findings after that are listed cut
+CUT_FINDING = "[cut: this report already shows its limit of model text; the finding is in findings.json]"
 
 CSS = ("body{font-family:system-ui,sans-serif;max-width:60rem;margin:2rem auto;padding:0 1rem;line-height:1.45}"
        "pre{background:#f4f4f4;padding:.6rem;overflow-x:auto}code{background:#f4f4f4}"
@@ -88,6 +99,21 @@ def finding_views(result: DiscoverResult) -> list[FindingView]:
             patch_status=patch_status(check), flags=list(f.flags), tests=tests_status(verification),
             fixes=verification is not None and verification.status == VERIFIED,
         ))
+    return cap_views(views)
+
+
+def cap_views(views: list[FindingView], budget: int | None = None) -> list[FindingView]:
+    """The views with at most `budget` (default REPORT_MODEL_CHARS) characters of model text in all: a finding
+    past it keeps its number, evidence and status, and says its text was cut."""
+    left = REPORT_MODEL_CHARS if budget is None else budget
+    for v in views:
+        size = len(v.description) + len(v.template) + len(v.patch or "") + sum(len(a) for a in v.action)
+        if size <= left:
+            left -= size
+            continue
+        left = 0
+        v.description, v.template, v.patch, v.action = CUT_FINDING, "-", None, v.action[:1]
+        v.flags = [*v.flags, "cut_from_report"]
     return views
 
 
@@ -153,28 +179,57 @@ def _longest_run(text: str, char: str) -> int:
     return longest
 
 
+# A URL a Markdown renderer would make clickable (GFM autolinks scheme:// and www. forms): shown as code instead.
+_URL = re.compile(r"(?:\b[a-z][a-z0-9+.-]*://|\bwww\.)[^\s<>`]*", re.I)
+_BLOCK_START = "#>-+*=|~`:"  # a first character that could open a heading, quote, list, rule or table
+
+
+def _one_line(text) -> str:
+    return printable(" ".join(str(text).splitlines()))
+
+
+def _md_plain(text: str) -> str:
+    """Escaped so that nothing renders: HTML tags and entities, and the brackets of links, images and references."""
+    return html.escape(text, quote=False).replace("[", "\\[").replace("]", "\\]")
+
+
+def md_inline(text) -> str:
+    """Plain text in Markdown on one line: control characters shown escaped, raw HTML escaped, links and images
+    shown as their text (`[x](javascript:...)` stays visible and inert), URLs shown as code (not clickable)."""
+    text, out, at = _one_line(text), [], 0
+    for m in _URL.finditer(text):
+        url = m.group().rstrip(").,;:!?'\"")
+        out += [_md_plain(text[at:m.start()]), md_code(url)]
+        at = m.start() + len(url)
+    out.append(_md_plain(text[at:]))
+    return "".join(out)
+
+
 def md_text(text) -> str:
-    """Plain text in Markdown: raw HTML (tags, entities) is escaped, and a line break cannot start a new block."""
-    return html.escape(" ".join(str(text).splitlines()), quote=False)
+    """`md_inline` that also cannot open a block (heading, quote, list, rule, table, fence) where a line starts."""
+    inline = md_inline(text)
+    return "\\" + inline if inline[:1] in _BLOCK_START and not inline.startswith("`") else inline
 
 
 def md_code(text) -> str:
     """An inline code span whose fence is longer than any run of backticks inside it."""
-    text = " ".join(str(text).splitlines())
+    text = _one_line(text)
     fence = "`" * (_longest_run(text, "`") + 1)
     pad = " " if text.startswith("`") or text.endswith("`") else ""
     return f"{fence}{pad}{text}{pad}{fence}"
 
 
 def md_fenced(body: str, info: str = "") -> list[str]:
-    """A fenced code block whose fence is longer than any run of backticks in the body."""
+    """A fenced code block whose fence is longer than any run of backticks in the body (control characters shown
+    escaped, line breaks kept)."""
+    body = printable(body, keep_newlines=True)
     fence = "`" * max(3, _longest_run(body, "`") + 1)
     return [fence + info, body.rstrip("\n"), fence]
 
 
 def md_table(columns: list[str], rows: list[list[str]]) -> list[str]:
     """A Markdown table whose cells are plain text (escaped, and a `|` inside a cell does not split it)."""
-    cell = lambda text: md_text(text).replace("|", "\\|")  # noqa: E731
+    cell = lambda text: md_inline(text).replace("|", "\\|")  # noqa: E731
     return ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns),
             *["| " + " | ".join(cell(c) for c in row) + " |" for row in rows]]
 
@@ -210,15 +265,24 @@ def render_markdown(result: DiscoverResult) -> str:
     return "\n".join(out) + "\n"
 
 
+def html_text(text, keep_newlines: bool = False) -> str:
+    """Text in HTML: control characters shown escaped, then HTML-escaped (quotes too); never markup or a link."""
+    return html.escape(printable(text, keep_newlines=keep_newlines))
+
+
 def html_table(title: str, columns: list[str], rows: list[list[str]]) -> str:
-    e = html.escape
+    e = html_text
     head = "".join(f"<th>{e(c)}</th>" for c in columns)
     body = "".join("<tr>" + "".join(f"<td>{e(c)}</td>" for c in row) + "</tr>" for row in rows)
     return f"<h2>{e(title)}</h2><table><tr>{head}</tr>{body}</table>"
 
 
+# The page loads nothing and runs nothing, whatever its text says: no script, image, frame or remote style.
+CSP = "default-src 'none'; style-src 'unsafe-inline'"
+
+
 def render_html(result: DiscoverResult) -> str:
-    e = html.escape
+    e = html_text
     body = [f"<h1>TIDE discover report: {e(result.target)}</h1>", *[f"<p>{e(line)}</p>" for line in header_lines(result)]]
     if result.notes:
         body.append("<ul>" + "".join(f"<li>{e(n)}</li>" for n in result.notes) + "</ul>")
@@ -238,7 +302,7 @@ def render_html(result: DiscoverResult) -> str:
         if v.tests is not None:
             part.append(f"<p><b>Tests:</b> <span class='{'applies' if v.fixes else 'fails'}'>{e(v.tests)}</span></p>")
         if v.patch:
-            part.append(f"<pre>{e(v.patch)}</pre>")
+            part.append(f"<pre>{html_text(v.patch, keep_newlines=True)}</pre>")
         if v.flags:
             part.append(f"<p><b>Flags:</b> {e(', '.join(v.flags))}</p>")
         body.append("".join(part) + "</section>")
@@ -252,7 +316,8 @@ def render_html(result: DiscoverResult) -> str:
     if result.scans:
         body.append(html_table("Scan: the most suspect artifacts", SCAN_COLUMNS, scan_rows(result)))
     body.append(html_table("Rounds", ROUND_COLUMNS, round_rows(result)))
-    return (f"<!doctype html><html><head><meta charset='utf-8'><title>TIDE report: {e(result.target)}</title>"
+    return (f"<!doctype html><html><head><meta charset='utf-8'>"
+            f"<meta http-equiv='Content-Security-Policy' content=\"{CSP}\"><title>TIDE report: {e(result.target)}</title>"
             f"<style>{CSS}</style></head><body>{''.join(body)}</body></html>\n")
 
 
@@ -280,17 +345,17 @@ def run_payload(result: DiscoverResult) -> dict:
     }
 
 
+REPORT_FILES = ("report.md", "report.html", "findings.json", "run.json")
+
+
 def write_report(result: DiscoverResult, out_dir: str | Path) -> dict[str, Path]:
+    """The four files in `out_dir`, each scrubbed of secrets and written through util.safe_write (never through
+    a link; a link at `out_dir` or at one of the files is refused)."""
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     files = {
         "report.md": render_markdown(result),
         "report.html": render_html(result),
         "findings.json": json.dumps(findings_payload(result), indent=2, ensure_ascii=False) + "\n",
         "run.json": json.dumps(run_payload(result), indent=2, ensure_ascii=False, default=str) + "\n",
     }
-    paths = {}
-    for name, text in files.items():
-        paths[name] = out / name
-        paths[name].write_text(text, encoding="utf-8")
-    return paths
+    return {name: write_text(out / name, scrub_text(text)) for name, text in files.items()}

@@ -8,7 +8,6 @@ run and the findings are merged with the same de-duplication TIDE uses between r
 from __future__ import annotations
 
 import contextlib
-import fnmatch
 import logging
 import time
 from collections.abc import Callable, Iterable
@@ -19,7 +18,7 @@ from pathlib import Path, PurePosixPath
 from tide_dspy.backbones import lm_context
 from tide_dspy.data import estimate_tokens
 from tide_dspy.data.candidates import parse_candidates, scan_python_files
-from tide_dspy.data.safe_files import FileScan
+from tide_dspy.data.safe_files import FileScan, matches_any
 from tide_dspy.product import library, windows
 from tide_dspy.product.ingest import ingest_workspace
 from tide_dspy.product.patches import DOES_NOT_APPLY, PatchChecker
@@ -173,6 +172,19 @@ def plan_windows(setting: Setting, instance: Instance, program: DiscoveryProgram
     return parts
 
 
+def plan_line(setting: Setting, instance: Instance, program: DiscoveryProgram, parts: list[list[Artifact]]) -> str:
+    """Before any LM call: how many calls the windows take at most, and about how many prompt tokens they read
+    (each round re-reads its window and what was already found grows; the estimate counts the window only)."""
+    fixed = estimate_tokens(program.guidance_text() + setting.static_text(instance))
+    per_window = [fixed + sum(estimate_tokens(setting.render_artifact(a)) for a in part) for part in parts]
+    rounds = program.max_rounds
+    scan_calls = sum(len(part) for part in parts) if program.scanner is not None else 0
+    calls = len(parts) * rounds + scan_calls
+    scan = f" and {scan_calls} scan call(s)" if scan_calls else ""
+    return (f"plan: {len(parts)} window(s) x up to {rounds} round(s){scan} = at most {calls} LM call(s), reading "
+            f"about {sum(per_window) * rounds:,} prompt tokens (estimated) before any answer")
+
+
 @dataclass
 class Discovery:
     """What one discover run found, before the setting's own checks: the program used and why, its windows,
@@ -199,6 +211,7 @@ def run_discovery(instance: Instance, *, lm, backbone: str, program: str | Path 
         source += f", scanning first (focus {scan})"
     progress(f"{describe_input}using {source}")
     parts = plan_windows(setting, instance, tide, lm, max_context_tokens, unit_of, progress)
+    progress(plan_line(setting, instance, tide, parts))
     findings, records, scans = discover_in_windows(tide, instance, parts, lm, progress)
     return Discovery(tide, source, len(parts), findings, records, scans)
 
@@ -210,10 +223,6 @@ def finish(result: DiscoverResult, started: float, progress: Progress) -> Discov
 
 
 # ---- repository ----
-
-def _matches(path: str, patterns: Iterable[str]) -> bool:
-    return any(fnmatch.fnmatch(path, p) or path.startswith(p.rstrip("/") + "/") for p in patterns)
-
 
 def changed_since(root: Path, ref: str) -> set[str]:
     """Paths (relative to root) changed in the working tree since `ref`, plus untracked files."""
@@ -239,8 +248,8 @@ def select_files(root: Path, include: Iterable[str] = (), exclude: Iterable[str]
     changed = changed_since(root, since) if since else None
 
     def keep(path: str) -> bool:
-        return ((changed is None or path in changed) and (not include or _matches(path, include))
-                and not _matches(path, exclude))
+        return ((changed is None or path in changed) and (not include or matches_any(path, include))
+                and not matches_any(path, exclude))
 
     return FileScan([f for f in scan.files if keep(f)], [s for s in scan.skipped if keep(s["path"])])
 
@@ -364,13 +373,13 @@ def discover_repository(path: str | Path, *, lm, backbone: str = "local", includ
 # ---- workspace ----
 
 def discover_workspace(folder: str | Path, *, lm, backbone: str = "local", profile: str | Path | None = None,
-                       actions: str | Path | None = None, program: str | Path | None = None,
+                       actions: str | Path | None = None, exclude: Iterable[str] = (), program: str | Path | None = None,
                        templates: str | Path | None = None, rounds: int | None = None, per_round: int | None = None,
                        max_context_tokens: int | None = None, scan: int | None = None,
                        progress: Progress = print) -> DiscoverResult:
     started = time.perf_counter()
     root = Path(folder).resolve()
-    ingested = ingest_workspace(root)
+    ingested = ingest_workspace(root, exclude=exclude, progress=progress)
     counts = ingested.counts()
     progress(f"{root}: read {len(ingested.artifacts)} items ({counts.get('email', 0)} emails, "
              f"{counts.get('calendar', 0)} calendar entries, {counts.get('document', 0)} documents); "

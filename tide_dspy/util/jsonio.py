@@ -6,6 +6,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from tide_dspy.util.safe_write import write_text
+
 
 def read_json_file(path: str | Path, missing_hint: str) -> Any:
     """A JSON file's content. A missing file says `missing_hint` (how to make one); bad JSON names the line."""
@@ -50,7 +52,6 @@ def read_json_or_none(path: str | Path) -> Any:
 
 
 def write_json(path: str | Path, data: Any, *, indent: int = 1, ensure_ascii: bool = False) -> Path:
-    """`data` as indented JSON plus a newline (values JSON cannot hold are written as str)."""
-    path = Path(path)
-    path.write_text(json.dumps(data, indent=indent, ensure_ascii=ensure_ascii, default=str) + "\n")
-    return path
+    """`data` as indented JSON plus a newline (values JSON cannot hold are written as str), through
+    util.safe_write: a temporary file and os.replace, never through a link."""
+    return write_text(path, json.dumps(data, indent=indent, ensure_ascii=ensure_ascii, default=str) + "\n")
