@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from tide_dspy.backbones import LMOptions, lm_from_options
-from tide_dspy.cli.common import add_lm_options, check_output_folder, positive_int
+from tide_dspy.cli.common import add_cost_options, add_lm_options, check_output_folder, positive_int
 
 
 def _add_run_options(parser: argparse.ArgumentParser) -> None:
@@ -27,6 +27,7 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
     scan.add_argument("--no-scan", dest="scan", action="store_const", const=0,
                       help="read the whole context in every round (split into windows when it does not fit)")
     parser.add_argument("--out", default="tide-report", help="report folder (default: ./tide-report)")
+    add_cost_options(parser, judge=False)
     add_lm_options(parser)
 
 
@@ -93,8 +94,27 @@ def scan_focus(args: argparse.Namespace) -> int | None:
     return registered.discover_scan if registered is not None else None
 
 
+def _dry_run(args: argparse.Namespace, instance, unit_of) -> int:
+    from tide_dspy.product.run import estimate_discovery
+
+    estimate = estimate_discovery(instance, lm=lm_from_options(LMOptions.from_namespace(args)), backbone=args.backbone,
+                                  program=args.program, templates=args.templates, rounds=args.rounds,
+                                  per_round=args.per_round, max_context_tokens=args.max_context_tokens,
+                                  unit_of=unit_of, scan=scan_focus(args), prices=args.price,
+                                  progress=lambda line: print(line, flush=True))
+    print(estimate.table())
+    print("dry run: no model was called, no report written")
+    return 0
+
+
 def run_repo(args: argparse.Namespace) -> int:
     from tide_dspy.product import discover_repository
+
+    if args.dry_run:
+        from tide_dspy.product.run import repository_instance, repository_unit
+
+        instance, _ = repository_instance(args.path, args.include, args.exclude, args.since, print)
+        return _dry_run(args, instance, repository_unit)
 
     limits = {k: v for k, v in (("verify_timeout", args.verify_timeout), ("verify_total", args.verify_total))
               if v is not None}
@@ -107,6 +127,12 @@ def run_repo(args: argparse.Namespace) -> int:
 
 def run_workspace(args: argparse.Namespace) -> int:
     from tide_dspy.product import discover_workspace
+
+    if args.dry_run:
+        from tide_dspy.product.run import workspace_instance, workspace_unit
+
+        instance, ingested, _ = workspace_instance(args.dir, args.profile, args.actions, print)
+        return _dry_run(args, instance, workspace_unit(ingested.sources))
 
     result = discover_workspace(args.dir, profile=args.profile, actions=args.actions, **_common(args))
     return _report(result, args)
