@@ -166,15 +166,16 @@ def table1_methods(args) -> list[str]:
     return list(dict.fromkeys([*FLOORS, *(args.methods or ["single", "multi", "iter", "tide"])]))
 
 
-def estimate_table1(args, instances, lm, judge) -> Estimate:
-    """What table1 would send and cost: every method (the floors call nothing), every run, the judge."""
+def estimate_table1(args, instances, lm, judge, counter=None) -> Estimate:
+    """What table1 would send and cost: every method (the floors call nothing), every run, the judge. `counter`
+    (a budget.PromptCounter) may be shared between estimates of the same prompts."""
     from tide_dspy.workflows import estimate_targets, estimator_for, stand_in_templates
 
     path, note = stand_in_templates(args.setting, args.backbone, args.templates, ROOT / "programs")
     templates = TemplateLibrary.load(path)
     plan = {m: make_program(m, args, templates) for m in table1_methods(args)}
     targets = estimate_targets(lm, args.backbone, judge, args.judge, cost_limits(args))
-    estimate = estimate_runs(plan, instances, estimator_for(lm, targets), targets, runs=args.runs)
+    estimate = estimate_runs(plan, instances, estimator_for(lm, targets, counter), targets, runs=args.runs)
     estimate.notes += [f"{len(instances)} {args.setting} instances ({args.split} split) x {args.runs} run(s)",
                        *([note] if note else [])]
     return estimate
@@ -366,7 +367,7 @@ EXPERIMENTS = {
 }
 
 
-def main(argv=None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("experiment", choices=[*EXPERIMENTS, "all"])
     parser.add_argument("--setting", required=True, choices=SETTING_NAMES)
@@ -399,7 +400,11 @@ def main(argv=None) -> int:
     parser.add_argument("--context-window", type=int, default=None, metavar="TOKENS",
                         help="the backbone's window for the pre-check that skips instances which cannot fit "
                              "(default: the backbone's)")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
     args.backbones = args.backbones or [args.backbone]
     args.template_sources = args.template_sources or args.backbones
 

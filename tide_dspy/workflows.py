@@ -458,11 +458,15 @@ def estimate_targets(lm, backbone: str, judge_model, judge: str, limits: Limits)
             "judge": Target.of(judge_lm, judge, prices=limits.judge_prices) if judge_lm is not None else None}
 
 
-def estimator_for(lm, targets: dict[str, Target | None]) -> Estimator:
-    """An estimator that formats prompts as the run will: the adapter the run scopes around its calls."""
+def estimator_for(lm, targets: dict[str, Target | None], counter=None) -> Estimator:
+    """An estimator that formats prompts as the run will: the adapter the run scopes around its calls. `counter`
+    (a budget.PromptCounter) may be shared between estimates of the same prompts."""
     from tide_dspy.backbones import adapter_for
 
-    return Estimator.for_targets(targets, adapter=dspy.settings.adapter or adapter_for(lm) or dspy.ChatAdapter())
+    estimator = Estimator.for_targets(targets, adapter=dspy.settings.adapter or adapter_for(lm) or dspy.ChatAdapter())
+    if counter is not None:
+        estimator.counter = counter
+    return estimator
 
 
 def estimate_split(selection: Selection, *, lm: LMSource, backbone: str, program: str | None = None,
