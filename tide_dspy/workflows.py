@@ -422,6 +422,8 @@ def evaluate_split(selection: Selection, *, lm: LMSource, backbone: str, program
         run.log_metrics({"seconds": seconds})
         if result.execution:
             run.log_metrics({"execution_resolution": result.execution["rate"]})
+        run.log_metrics({"n_incomplete": result.n_incomplete, "n_skipped": result.n_skipped,
+                         **({"budget_spent_usd": result.budget["spent"]} if result.budget else {})})
         run.log_usage(result.lm_usage)
         for name in ("results.jsonl", "config.json", "summary.json"):
             run.log_artifact(out_dir / name, "evaluation")
