@@ -89,3 +89,13 @@ def test_discover_dry_run_calls_no_model_and_writes_no_report(lm, capsys, tmp_pa
     printed = capsys.readouterr().out
     assert "| discover | backbone | claude-sonnet-4.5 |" in printed and "no report written" in printed
     assert lm.calls == 0 and not out.exists()
+
+
+def test_evaluate_max_cost_stops_with_its_own_exit_status_and_resumes(lm, capsys, tmp_path):
+    common = ["evaluate", "--setting", "workspace", "--split", "train", "--data", WORKSPACE, "--method", "iter",
+              "--rounds", "1", "--judge", "proxy", "--no-track", "--out", str(tmp_path / "run"), "--price", "1,1"]
+    assert main([*common, "--max-cost", "0.000001"]) == 4  # not even one instance fits this budget
+    printed = capsys.readouterr().out
+    assert "stopped at the budget" in printed and "2 instance(s) not run" in printed and lm.calls == 0
+    assert main([*common, "--resume", "--max-cost", "5"]) == 0
+    assert "spent $0.0000 of --max-cost $5" in capsys.readouterr().out and lm.calls == 2

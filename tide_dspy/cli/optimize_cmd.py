@@ -196,7 +196,10 @@ def run_evaluate(args: argparse.Namespace) -> int:
     if r.executed:
         print(execution_line(r.result))
     print(f"{r.seconds}s; results -> {r.results_path}")
-    return 0
+    return STOPPED_AT_BUDGET if (r.result.budget or {}).get("stopped") else 0
+
+
+STOPPED_AT_BUDGET = 4  # exit status of an evaluation that --max-cost stopped before every instance ran
 
 
 def execution_line(result) -> str:
