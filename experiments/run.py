@@ -97,7 +97,10 @@ def make_program(method: str, args, templates: TemplateLibrary | None = None, ro
 # ---- raw runs ----
 
 def run_raw(args, plan: dict[str, object], instances: list, out: Path, lm, judge) -> dict[str, list[dict]]:
-    """Run every (name -> program) of `plan` on every instance, instance-major, `args.runs` times."""
+    """Run every (name -> program) of `plan` on every instance, instance-major, `args.runs` times.
+
+    An instance over the backbone's window in any program is left out of every program's rows (they are not
+    scores of 0), so each analysis compares the programs on the same instances; `window_skipped` names them."""
     rows: dict[str, list[dict]] = {}
     for r in range(args.runs):
         # Repeats are distinct samples only at temperature > 0 (main() raises it for --runs > 1).
@@ -113,13 +116,27 @@ def run_raw(args, plan: dict[str, object], instances: list, out: Path, lm, judge
                           if row.get("incomplete") else "")
                 print(f"[run {r}] {inst.instance_id} {name}: {len(row['findings'])} findings, "
                       f"{row['seconds']:.0f}s{status}", flush=True)
-    wanted = [i.instance_id for i in instances]
+    skipped = set(window_skipped(out, plan, args.runs, instances))
+    if skipped:
+        print(f"left out of every method, over the window: {', '.join(sorted(skipped))}", flush=True)
+    wanted = [i.instance_id for i in instances if i.instance_id not in skipped]
     for name in plan:
         rows[name] = []
         for r in range(args.runs):
             done = read_rows(out / "raw" / name / f"run{r}.jsonl")
             rows[name] += [done[i] for i in wanted]
     return rows
+
+
+def window_skipped(out: Path, names, runs: int, instances: list) -> list[str]:
+    """The instances whose raw row, in any of these programs and runs, was skipped as over the window."""
+    wanted = {i.instance_id for i in instances}
+    found = set()
+    for name in names:
+        for r in range(runs):
+            found |= {i for i, row in read_rows(out / "raw" / name / f"run{r}.jsonl").items()
+                      if i in wanted and row.get("skipped")}
+    return sorted(found)
 
 
 def rows_by_run(rows: list[dict], runs: int, n_instances: int) -> list[list[dict]]:
@@ -186,12 +203,10 @@ def table1(args, instances, out, lm, judge, stem: str = "table1") -> dict:
     methods = table1_methods(args)
     plan = {m: make_program(m, args, templates) for m in methods}
     raw = run_raw(args, plan, instances, out, lm, judge)
-    # An instance over the window in any method is left out of every method, so all score the same instances.
-    skipped = sorted({r["instance_id"] for m in methods for r in raw[m] if r.get("skipped")})
+    skipped = window_skipped(out, plan, args.runs, instances)  # left out of `raw`, named under the table
     records = []
     for m in methods:
-        runs = [[row for row in run if row["instance_id"] not in skipped]
-                for run in rows_by_run(raw[m], args.runs, len(instances))]
+        runs = rows_by_run(raw[m], args.runs, len(instances) - len(skipped))
         aggregates = [aggregate([analysis_score(row) for row in run]) for run in runs]
         summary = analysis.summarize_runs(aggregates)
         rec = {"method": m, "instances": len(instances) - len(skipped), "runs": args.runs,
