@@ -101,7 +101,8 @@ class FindsSomethingNew:
             return {"action": {"action_id": problem.action.action_id,
                                "parameters": {k: str(v) for k, v in problem.action.parameters.items()}}}
         action = instance.actions[0]
-        return {"action": {"action_id": action.id, "parameters": {k: "to be decided" for k in action.required_parameters}}}
+        filled = {k: "to be decided" for k in action.required_parameters}
+        return {"action": {"action_id": action.id, "parameters": filled}}
 
 
 def chosen(setting: str, data: str | None, n: int) -> list[Instance]:

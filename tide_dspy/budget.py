@@ -458,8 +458,8 @@ class Estimate:
 
     def table(self) -> str:
         """Markdown: one row per (label, role), then the total, the prices and the notes."""
-        lines = ["| what | role | model | calls | prompt tokens | cached prompt | output tokens | USD | USD with caching |",
-                 "|---|---|---|---|---|---|---|---|---|"]
+        head = "| what | role | model | calls | prompt tokens | cached prompt | output tokens | USD | USD with caching |"
+        lines = [head, "|---|---|---|---|---|---|---|---|---|"]
         for (label, role), t in self.tallies.items():
             prices = self.prices.get(role)
             lines.append(f"| {label} | {role} | {self.models.get(role) or '-'} | {_n(t.calls)} | {_n(t.prompt)} | "

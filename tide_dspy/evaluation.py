@@ -6,8 +6,8 @@ in out_path are skipped, so a crash loses no finished instance. Rows that ended 
 incomplete ones (a round after the first aborted; a judge call failed: that row is judged again, its findings
 kept). Before any LM call, an instance whose prompts cannot fit the backbone's window is skipped with its reason
 (a row that --resume checks again, for free); with a budget (budget.Limits.max_cost) no instance starts once its
-estimated cost would pass it, and the rows not run are left for --resume. Beside the results go config.json, summary.json and lm_usage.json,
-so a run can be read without rerunning it. A resumed run must use the same program, judge and model as the rows
+estimated cost would pass it, and the rows not run are left for --resume. Beside the results go config.json,
+summary.json and lm_usage.json, so a run can be read without rerunning it. A resumed run must use the same program, judge and model as the rows
 it continues (config.json says which); its instances and LM usage are added to those of the earlier sessions.
 """
 
@@ -395,7 +395,8 @@ def evaluate(
             if instance_id in earlier:
                 rows.setdefault(instance_id, earlier[instance_id])
 
-    scored = [rows[i.instance_id] for i in instances if i.instance_id in rows and not rows[i.instance_id].get("skipped")]
+    scored = [rows[i.instance_id] for i in instances
+              if i.instance_id in rows and not rows[i.instance_id].get("skipped")]
     scores = [r["score"] for r in scored]
     execution = None
     if execute is not None:

@@ -439,6 +439,10 @@ def stand_in_templates(setting: str, backbone: str, templates: str | Path | None
     """The template library a step reads, or, where the backbone has none yet, the embedded backbone's shipped
     one in its place (with a note saying so): an estimate needs templates of a realistic size."""
     from tide_dspy.shipped import PROGRAMS_DIR
+    from tide_dspy.util.paths import CHECKOUT_ROOT
+
+    def shown(p: Path) -> Path:  # within the checkout, relative to it
+        return p.relative_to(CHECKOUT_ROOT) if CHECKOUT_ROOT and p.is_relative_to(CHECKOUT_ROOT) else p
 
     path = templates_path(setting, backbone, templates, programs)
     if path.exists() or templates:
@@ -446,9 +450,9 @@ def stand_in_templates(setting: str, backbone: str, templates: str | Path | None
     for root in (Path(programs), PROGRAMS_DIR):
         stand_in = program_dir(setting, "local", root=root) / "templates.json" if root else None
         if stand_in is not None and stand_in.exists():
-            return stand_in, (f"no template library for {backbone} at {path} yet (`tide distill --setting {setting} "
-                              f"--backbone {backbone}` makes one; its cost is not included): the estimate reads "
-                              f"{stand_in} in its place")
+            return stand_in, (f"no template library for {backbone} at {shown(path)} yet (`tide distill --setting "
+                              f"{setting} --backbone {backbone}` makes one; its cost is not included): the estimate "
+                              f"reads {shown(stand_in)} in its place")
     return path, None
 
 
