@@ -2,12 +2,15 @@
 
     python experiments/run.py table1 --setting workspace --backbone local-small --judge proxy
     python experiments/run.py all --setting repository --backbone local-small --max-context-tokens 12000
+    python experiments/run.py table1 --setting repository --backbone gpt-5-mini --judge gpt-5-mini --runs 3 --dry-run
 
 Every analysis reads raw per-instance runs under OUT/raw/<method>[-<variant>]/run<r>.jsonl. A missing or partial
 raw run is (re)started and resumes where it stopped, so a crash loses no finished instance. Raw runs interleave
 methods per instance, so the embedded backbone reuses the shared static prefix across methods.
 Budget and per-round analyses re-score the findings of the first k rounds of one T-round run (see
 tide_dspy.analysis): a 10-round run gives every budget k <= 10 without further LM calls.
+`table1 --dry-run` prints what the whole table would send and cost (every method, run and judge call; see
+docs/cost.md) and calls no model.
 """
 
 from __future__ import annotations
@@ -23,7 +26,8 @@ from pathlib import Path
 
 from tide_dspy import analysis
 from tide_dspy.backbones import LMOptions, describe_lm, lm_context, lm_from_options
-from tide_dspy.cli.common import add_lm_options
+from tide_dspy.budget import Estimate, estimate_runs
+from tide_dspy.cli.common import add_cost_options, add_lm_options, cost_limits
 from tide_dspy.data import load_instances
 from tide_dspy.evaluation import data_path, evaluate, read_rows, select_instances
 from tide_dspy.metrics import InstanceScore, aggregate, make_judge
@@ -95,7 +99,10 @@ def make_program(method: str, args, templates: TemplateLibrary | None = None, ro
 # ---- raw runs ----
 
 def run_raw(args, plan: dict[str, object], instances: list, out: Path, lm, judge) -> dict[str, list[dict]]:
-    """Run every (name -> program) of `plan` on every instance, instance-major, `args.runs` times."""
+    """Run every (name -> program) of `plan` on every instance, instance-major, `args.runs` times.
+
+    An instance over the backbone's window in any program is left out of every program's rows (they are not
+    scores of 0), so each analysis compares the programs on the same instances; `window_skipped` names them."""
     rows: dict[str, list[dict]] = {}
     for r in range(args.runs):
         # Repeats are distinct samples only at temperature > 0 (main() raises it for --runs > 1).
@@ -104,17 +111,34 @@ def run_raw(args, plan: dict[str, object], instances: list, out: Path, lm, judge
             for name, program in plan.items():
                 path = out / "raw" / name / f"run{r}.jsonl"
                 evaluate(program, [inst], judge=judge, out_path=path, resume=True, progress=False, lm=run_lm,
-                         method=name)
+                         method=name, limits=cost_limits(args))
                 row = read_rows(path)[inst.instance_id]
+                status = (f" ERROR {row['error']}" if row.get("error") else f" SKIPPED {row['skipped']}"
+                          if row.get("skipped") else f" INCOMPLETE {'; '.join(row['incomplete'])}"
+                          if row.get("incomplete") else "")
                 print(f"[run {r}] {inst.instance_id} {name}: {len(row['findings'])} findings, "
-                      f"{row['seconds']:.0f}s{' ERROR ' + row['error'] if row.get('error') else ''}", flush=True)
-    wanted = [i.instance_id for i in instances]
+                      f"{row['seconds']:.0f}s{status}", flush=True)
+    skipped = set(window_skipped(out, plan, args.runs, instances))
+    if skipped:
+        print(f"left out of every method, over the window: {', '.join(sorted(skipped))}", flush=True)
+    wanted = [i.instance_id for i in instances if i.instance_id not in skipped]
     for name in plan:
         rows[name] = []
         for r in range(args.runs):
             done = read_rows(out / "raw" / name / f"run{r}.jsonl")
             rows[name] += [done[i] for i in wanted]
     return rows
+
+
+def window_skipped(out: Path, names, runs: int, instances: list) -> list[str]:
+    """The instances whose raw row, in any of these programs and runs, was skipped as over the window."""
+    wanted = {i.instance_id for i in instances}
+    found = set()
+    for name in names:
+        for r in range(runs):
+            found |= {i for i, row in read_rows(out / "raw" / name / f"run{r}.jsonl").items()
+                      if i in wanted and row.get("skipped")}
+    return sorted(found)
 
 
 def rows_by_run(rows: list[dict], runs: int, n_instances: int) -> list[list[dict]]:
@@ -157,16 +181,39 @@ def write_meta(path: Path, lm, judge, started: float, extra: dict | None = None)
     write_text(path, json.dumps(meta, indent=2) + "\n")
 
 
+def table1_methods(args) -> list[str]:
+    return list(dict.fromkeys([*FLOORS, *(args.methods or ["single", "multi", "iter", "tide"])]))
+
+
+def estimate_table1(args, instances, lm, judge, counter=None) -> Estimate:
+    """What table1 would send and cost: every method (the floors call nothing), every run, the judge. `counter`
+    (a budget.PromptCounter) may be shared between estimates of the same prompts."""
+    from tide_dspy.workflows import estimate_targets, estimator_for, stand_in_templates
+
+    path, note = stand_in_templates(args.setting, args.backbone, args.templates, ROOT / "programs")
+    templates = TemplateLibrary.load(path)
+    plan = {m: make_program(m, args, templates) for m in table1_methods(args)}
+    targets = estimate_targets(lm, args.backbone, judge, args.judge, cost_limits(args))
+    estimate = estimate_runs(plan, instances, estimator_for(lm, targets, counter), targets, runs=args.runs)
+    estimate.notes += [f"{len(instances)} {args.setting} instances ({args.split} split) x {args.runs} run(s)",
+                       *([note] if note else [])]
+    return estimate
+
+
 def table1(args, instances, out, lm, judge, stem: str = "table1") -> dict:
     templates = template_library(args)
-    methods = list(dict.fromkeys([*FLOORS, *(args.methods or ["single", "multi", "iter", "tide"])]))
+    methods = table1_methods(args)
     plan = {m: make_program(m, args, templates) for m in methods}
     raw = run_raw(args, plan, instances, out, lm, judge)
+    skipped = window_skipped(out, plan, args.runs, instances)  # left out of `raw`, named under the table
     records = []
     for m in methods:
-        aggregates = [aggregate([analysis_score(row) for row in run]) for run in rows_by_run(raw[m], args.runs, len(instances))]
+        runs = rows_by_run(raw[m], args.runs, len(instances) - len(skipped))
+        aggregates = [aggregate([analysis_score(row) for row in run]) for run in runs]
         summary = analysis.summarize_runs(aggregates)
-        rec = {"method": m, "instances": len(instances), "runs": args.runs}
+        rec = {"method": m, "instances": len(instances) - len(skipped), "runs": args.runs,
+               "incomplete": sum(1 for run in runs for row in run if row.get("incomplete")),
+               "skipped": len(skipped)}
         for c in analysis.COMPONENTS:
             for kind in ("coverage", "f1"):
                 mu, sd = summary[kind][c]
@@ -184,7 +231,7 @@ def table1(args, instances, out, lm, judge, stem: str = "table1") -> dict:
     for rec in records:
         cells = [f"{pct_or(rec[f'{c}_coverage'])} / {pct_or(rec[f'{c}_f1'])}" for c in analysis.COMPONENTS]
         lines.append(f"| {rec['method']} | {' | '.join(cells)} |")
-    lines += ["", *floor_ratios(records)]
+    lines += ["", *floor_ratios(records), *completeness_notes(records, skipped)]
     write_text(out / f"{stem}.md", "\n".join(lines) + f"\n\njudge: {getattr(judge, 'label', 'none')}\n")
     plots.table1(records, out / f"{stem}.png",
                  title=f"{args.setting} / {args.backbone} / judge: {getattr(judge, 'label', 'none')}")
@@ -201,6 +248,18 @@ def floor_ratios(records: list[dict]) -> list[str]:
             ratio = f"{r['retrieval_f1'] / floor:.2f}x" if floor else "n/a (floor is 0)"
             lines.append(f"- {r['method']}: retrieval F1 {r['retrieval_f1']:.2f} = {ratio} the floor")
     return lines
+
+
+def completeness_notes(records: list[dict], skipped: list[str]) -> list[str]:
+    """What the table leaves out: instances over the window, and incomplete rows (rerunning the command resumes
+    them)."""
+    notes = []
+    if skipped:
+        notes.append(f"skipped: {len(skipped)} (over the window), left out of every method: {', '.join(skipped)}")
+    if any(r["incomplete"] for r in records):
+        notes.append("incomplete rows (a later round aborted or a judge call failed; rerun to resume them): "
+                     + ", ".join(f"{r['method']} {r['incomplete']}" for r in records if r["incomplete"]))
+    return notes
 
 
 def pct_or(v) -> str:
@@ -325,7 +384,7 @@ EXPERIMENTS = {
 }
 
 
-def main(argv=None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("experiment", choices=[*EXPERIMENTS, "all"])
     parser.add_argument("--setting", required=True, choices=SETTING_NAMES)
@@ -354,17 +413,31 @@ def main(argv=None) -> int:
     parser.add_argument("--template-sources", nargs="*", default=None, help="transfer: template source backbones")
     parser.add_argument("--out", default=None, help="default: experiments/results/<setting>-<backbone>")
     add_lm_options(parser)
-    args = parser.parse_args(argv)
+    add_cost_options(parser)
+    parser.add_argument("--context-window", type=int, default=None, metavar="TOKENS",
+                        help="the backbone's window for the pre-check that skips instances which cannot fit "
+                             "(default: the backbone's)")
+    return parser
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
     args.backbones = args.backbones or [args.backbone]
     args.template_sources = args.template_sources or args.backbones
 
     variant = (f"-shuffled{args.shuffle_context}" if args.shuffle_context is not None else "") + (
         "-scan" if args.scan else "")
     out = Path(args.out or ROOT / "experiments" / "results" / f"{args.setting}-{args.backbone}{variant}")
-    out.mkdir(parents=True, exist_ok=True)
     instances = chosen_instances(args)
     print(f"{len(instances)} instances: {', '.join(i.instance_id for i in instances)}", flush=True)
     lm = lm_from_options(LMOptions.from_namespace(args))
+    if args.dry_run:
+        if args.experiment != "table1":
+            raise SystemExit("--dry-run estimates table1 (the other experiments reuse its raw runs where they can)")
+        print(estimate_table1(args, instances, lm, make_judge(args.judge)).table())
+        print("dry run: no model was called, nothing written")
+        return 0
+    out.mkdir(parents=True, exist_ok=True)
     if args.runs > 1 and not lm.kwargs.get("temperature"):
         print("--runs > 1 at temperature 0 would repeat one sample: using temperature 0.7 for every run")
         lm = lm.copy(temperature=0.7)

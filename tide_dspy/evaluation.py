@@ -1,9 +1,13 @@
 """Run a program over instances, score each one, and write one JSONL row per instance as soon as it is done.
 
 With workers > 1, instances run concurrently on a thread pool (DSPy LMs are thread-safe); each row is still
-written as soon as its instance finishes, in finishing order. Resumable: with resume=True, instance ids already scored in out_path are skipped (rows that ended in an error are
-rerun), so a crash loses no finished instance. Beside the results go config.json, summary.json and lm_usage.json,
-so a run can be read without rerunning it. A resumed run must use the same program, judge and model as the rows
+written as soon as its instance finishes, in finishing order. Resumable: with resume=True, instance ids already scored
+in out_path are skipped, so a crash loses no finished instance. Rows that ended in an error are rerun, and so are
+incomplete ones (a round after the first aborted; a judge call failed: that row is judged again, its findings
+kept). Before any LM call, an instance whose prompts cannot fit the backbone's window is skipped with its reason
+(a row that --resume checks again, for free); with a budget (budget.Limits.max_cost) no instance starts once its
+estimated cost would pass it, and the rows not run are left for --resume. Beside the results go config.json,
+summary.json and lm_usage.json, so a run can be read without rerunning it. A resumed run must use the same program, judge and model as the rows
 it continues (config.json says which); its instances and LM usage are added to those of the earlier sessions.
 """
 
@@ -27,6 +31,7 @@ from tqdm.auto import tqdm
 
 from tide_dspy import metrics
 from tide_dspy.backbones import lm_context
+from tide_dspy.budget import Limits, RunGuard
 from tide_dspy.retry import describe_error
 from tide_dspy.schemas import Instance
 from tide_dspy.util.hashing import sha256_hex
@@ -62,6 +67,14 @@ class EvaluationResult(BaseModel):
     n_run: int = 0
     n_resumed: int = 0
     n_failed: int = 0
+    # Scored, but truncated (a later round aborted) or partly unjudged: --resume reruns or re-judges them.
+    n_incomplete: int = 0
+    n_rejudged: int = 0
+    # Over the backbone's window: not scored (so not in n_instances), each with its reason.
+    n_skipped: int = 0
+    skipped: dict[str, str] = {}
+    # With --max-cost: the budget, what was spent, and whether (and where) the run stopped at it.
+    budget: dict | None = None
     findings: int = 0
     execution: dict | None = None
     # With a scanning program: the mean share of gold evidence among each instance's first focus_size suspects.
@@ -105,8 +118,8 @@ def row_problem(row: dict) -> str | None:
         return f"no {', '.join(missing)}"
     if not isinstance(row["findings"], list):
         return "findings is not a list"
-    if row.get("error"):
-        return None  # an error row reruns anyway; its score is the empty one
+    if row.get("error") or row.get("skipped"):
+        return None  # an error row reruns anyway; a skipped row has no score (skipped_row)
     try:
         score = InstanceScore.model_validate(row["score"])
     except ValueError as exc:
@@ -168,12 +181,14 @@ def trim_partial_line(path: Path) -> None:
         f.truncate(keep)
 
 
-def append_row(path: Path, row: dict) -> None:
-    """One result row, scrubbed of secrets, appended through util.safe_write (O_APPEND, never through a link)."""
+def append_row(path: Path | None, row: dict) -> None:
+    """One result row, scrubbed of secrets, appended through util.safe_write (O_APPEND, never through a link);
+    nothing when the run keeps no results file."""
     from tide_dspy.util.safe_write import append_text
     from tide_dspy.util.secrets import scrub_text
 
-    append_text(path, scrub_text(json.dumps(row, ensure_ascii=False)) + "\n")
+    if path is not None:
+        append_text(path, scrub_text(json.dumps(row, ensure_ascii=False)) + "\n")
 
 
 def program_hash(program) -> str:
@@ -201,7 +216,7 @@ def _run_one(program, instance: Instance, judge, on_round) -> dict:
         log.warning("instance %s failed: %s\n%s", instance.instance_id, error, traceback.format_exc())
     # A failed instance scores as finding nothing: an error never raises a score.
     score = metrics.score_instance(instance.problems, findings, judge=judge, setting=instance.setting)
-    return dict(
+    row = dict(
         findings=[f.model_dump() for f in findings],
         rounds=[r.model_dump() for r in rounds],
         score=score.model_dump(),
@@ -209,6 +224,69 @@ def _run_one(program, instance: Instance, judge, on_round) -> dict:
         error=error,
         **({"scan": scan} if scan is not None else {}),
     )
+    row["incomplete"] = incomplete_reasons(row) or None
+    return row
+
+
+# ---- incomplete rows, skipped rows, and what --resume does with them ----
+
+def aborted_later_round(row: dict) -> dict | None:
+    """The round record of a round after the first that aborted (the instance stopped there), else None."""
+    if row.get("error"):
+        return None
+    return next((r for r in row.get("rounds") or [] if r.get("aborted") and r.get("round", 1) >= 2), None)
+
+
+def incomplete_reasons(row: dict) -> list[str]:
+    """Why a scored row is not the whole result: a round t >= 2 aborted (its findings stop there), or judge calls
+    failed (those pairs count 0). [] for a complete row (and for an error row, which is rerun anyway)."""
+    reasons = []
+    aborted = aborted_later_round(row)
+    if aborted is not None:
+        reasons.append(f"round {aborted['round']} aborted, so the findings stop after round {aborted['round'] - 1}: "
+                       f"{aborted.get('error') or 'no error recorded'}")
+    failures = ((row.get("score") or {}).get("judge_failures") or 0) if not row.get("error") else 0
+    if failures:
+        reasons.append(f"{failures} judge call(s) failed, so those pairs count 0")
+    return reasons
+
+
+def resume_plan(rows: dict[str, dict]) -> tuple[dict[str, dict], dict[str, dict]]:
+    """(rows kept as they are, rows to judge again) of an earlier run. Everything else is run again: error rows,
+    rows with an aborted later round, and skipped rows (their window check is repeated; it costs nothing)."""
+    keep, rejudge = {}, {}
+    for instance_id, row in rows.items():
+        if row.get("error") or row.get("skipped") or aborted_later_round(row) is not None:
+            continue
+        if incomplete_reasons(row):
+            rejudge[instance_id] = row
+        else:
+            keep[instance_id] = row
+    return keep, rejudge
+
+
+def rejudged_row(row: dict, instance: Instance, judge) -> dict:
+    """The row with its findings judged again (no backbone call): for rows whose judge calls failed."""
+    t0 = time.perf_counter()
+    score = metrics.score_instance(instance.problems, row.get("findings") or [], judge=judge,
+                                   setting=instance.setting)
+    new = {**row, "score": score.model_dump(), "rejudge_seconds": round(time.perf_counter() - t0, 3)}
+    new["incomplete"] = incomplete_reasons(new) or None
+    return new
+
+
+def skipped_row(instance: Instance, method: str, reason: str) -> dict:
+    """The row of an instance that was not run because it cannot fit: no score (it is not a 0), its reason."""
+    return {"instance_id": instance.instance_id, "method": method, "findings": [], "rounds": [], "score": None,
+            "seconds": 0.0, "error": None, "skipped": reason}
+
+
+def window_skips(guard: RunGuard, instances: list[Instance]) -> dict[str, str]:
+    """instance id -> why it cannot fit the window, for the instances that cannot (before any LM call)."""
+    if guard.window is None:
+        return {}
+    reasons = {i.instance_id: guard.skip_reason(i) for i in instances}
+    return {k: v for k, v in reasons.items() if v is not None}
 
 
 _noted_serial: list[int] = []
@@ -228,17 +306,32 @@ def check_workers(workers: int, lm) -> int:
     return workers
 
 
-def _run_all(program, todo: list[Instance], judge, workers: int, bar, lm, mark):
-    """Yield each instance's row as it finishes; the bar shows instances done, ETA and the LM's tokens so far."""
-    from tide_dspy.backbones.usage import entries_since, usage_tokens
-
+def _work(program, judge, bar, guard: RunGuard, rejudge: dict[str, dict]):
+    """What is done with one instance: judged again (a row whose judge failed) or run; None when the budget
+    does not let it start."""
     def on_round_for(instance_id):
         def on_round(record):
             bar.set_postfix_str(f"{instance_id} round {record.round}: +{record.new} new", refresh=False)
         return on_round
 
-    def run(instance):
-        return {"instance_id": instance.instance_id, **_run_one(program, instance, judge, on_round_for(instance.instance_id))}
+    def work(instance):
+        earlier = rejudge.get(instance.instance_id)
+        if not guard.admit(instance, judge_only=earlier is not None):
+            return None
+        try:
+            if earlier is not None:
+                return rejudged_row(earlier, instance, judge)
+            return {"instance_id": instance.instance_id,
+                    **_run_one(program, instance, judge, on_round_for(instance.instance_id))}
+        finally:
+            guard.release(instance)
+    return work
+
+
+def _run_all(run, todo: list[Instance], workers: int, bar, lm, mark):
+    """Yield each instance's row (`run(instance)`, None for one not started) as it finishes; the bar shows
+    instances done, ETA and the LM's tokens so far."""
+    from tide_dspy.backbones.usage import entries_since, usage_tokens
 
     def advance():
         tokens_in, tokens_out = usage_tokens(entries_since(lm, mark)) if lm is not None else (None, None)
@@ -300,24 +393,27 @@ def evaluate(
     config: dict | None = None,
     workers: int = 1,
     execute=None,
+    limits: Limits | None = None,
 ) -> EvaluationResult:
     """Score `program` on `instances`, `workers` at a time; returns the aggregate scores plus counts (n_run,
-    n_resumed, n_failed).
+    n_resumed, n_failed, n_incomplete, n_skipped).
 
     `execute(instance, findings)` (e.g. metrics.execution.ExecutionJudge) also runs the instance's tests against
-    the findings' patches; its dict goes into the row as "execution" and the total into result.execution."""
+    the findings' patches; its dict goes into the row as "execution" and the total into result.execution.
+    `limits` (budget.Limits): a budget in USD, prices, and a window that overrides the backbone's."""
     from tide_dspy.programs import method_of
     from tide_dspy.backbones.usage import lm_usage, usage_mark
 
     judge = metrics.make_judge(judge) if isinstance(judge, str) or judge is None else judge
     method = method or method_of(program)
     out_path = Path(out_path) if out_path else None
-    done = {}
+    earlier, done, rejudge = {}, {}, {}
     if out_path is not None:
         out_path.parent.mkdir(parents=True, exist_ok=True)
         if resume:
             trim_partial_line(out_path)
-            done = {k: r for k, r in read_rows(out_path).items() if not r.get("error")}
+            earlier = read_rows(out_path)
+            done, rejudge = resume_plan(earlier)
         elif out_path.exists():
             out_path.unlink()
     todo = [i for i in instances if i.instance_id not in done]
@@ -327,10 +423,11 @@ def evaluate(
     run_lm = lm or dspy.settings.lm
     judge_lm = getattr(judge, "lm", None)
     marks = {"backbone": usage_mark(run_lm), "judge": usage_mark(judge_lm)}
+    guard = RunGuard(limits or Limits(), program, run_lm, judge_lm, marks)
     earlier_usage = None
     if out_path is not None:
         run_conf = run_config(program, method, judge, run_lm, instances, config)
-        if done:
+        if done or rejudge:
             run_conf = continued_config(out_path.parent / "config.json", run_conf)
             earlier_usage = read_json_or_none(out_path.parent / "lm_usage.json")
         write_json(out_path.parent / "config.json", run_conf)
@@ -340,18 +437,36 @@ def evaluate(
     # The adapter that parses best on the backbone is scoped here (never configured globally), judge calls included.
     with lm_context(run_lm) if run_lm is not None else contextlib.nullcontext():
         by_id = {i.instance_id: i for i in todo}
-        for row in _run_all(program, todo, judge, workers, bar, run_lm, marks["backbone"]):
+        # The window pre-check renders the prompts the adapter in this context would send.
+        skips = window_skips(guard, [i for i in todo if i.instance_id not in rejudge])
+        for instance_id, reason in skips.items():
+            log.warning("instance %s skipped, %s", instance_id, reason)
+            rows[instance_id] = skipped_row(by_id[instance_id], method, reason)
+            append_row(out_path, rows[instance_id])
+        runnable = [i for i in todo if i.instance_id not in skips]
+        bar.total = len(runnable)
+        for row in _run_all(_work(program, judge, bar, guard, rejudge), runnable, workers, bar, run_lm,
+                            marks["backbone"]):
+            if row is None:
+                continue
             row = {"instance_id": row.pop("instance_id"), "method": method, **row}
             if execute is not None:
                 # Tests run in this thread, one instance at a time, as each instance's findings arrive.
                 bar.set_postfix_str(f"{row['instance_id']}: running its tests")
                 row["execution"] = execute(by_id[row["instance_id"]], row["findings"])
             rows[row["instance_id"]] = row
-            if out_path is not None:
-                append_row(out_path, row)
+            append_row(out_path, row)
     bar.close()
+    if guard.stopped:
+        log.warning("%s; %d instance(s) not run: rerun with --resume (and a budget) to continue", guard.stopped,
+                    len(guard.not_run))
+        for instance_id in guard.not_run:  # a row an earlier session left (incomplete, failed) still stands
+            if instance_id in earlier:
+                rows.setdefault(instance_id, earlier[instance_id])
 
-    scores = [rows[i.instance_id]["score"] for i in instances if i.instance_id in rows]
+    scored = [rows[i.instance_id] for i in instances
+              if i.instance_id in rows and not rows[i.instance_id].get("skipped")]
+    scores = [r["score"] for r in scored]
     execution = None
     if execute is not None:
         from tide_dspy.metrics.execution import execution_rate
@@ -360,12 +475,19 @@ def evaluate(
     usage = {"backbone": lm_usage(run_lm, marks["backbone"]), "judge": lm_usage(judge_lm, marks["judge"])}
     recalls = [r["scan"]["recall_at_focus"] for r in rows.values()
                if (r.get("scan") or {}).get("recall_at_focus") is not None]
+    not_run = set(guard.not_run)
     result = EvaluationResult(
         **metrics.aggregate(scores),
         method=method,
-        n_run=len(todo),
+        n_run=sum(1 for i in todo if i.instance_id not in not_run and i.instance_id not in rejudge
+                  and i.instance_id not in skips),
         n_resumed=len(instances) - len(todo),
         n_failed=sum(1 for r in rows.values() if r.get("error")),
+        n_incomplete=sum(1 for r in scored if incomplete_reasons(r)),
+        n_rejudged=sum(1 for i in rejudge if i in rows and i not in not_run),
+        n_skipped=sum(1 for r in rows.values() if r.get("skipped")),
+        skipped={k: r["skipped"] for k, r in rows.items() if r.get("skipped")},
+        budget=guard.summary(),
         findings=sum(len(r["findings"]) for r in rows.values()),
         execution=execution,
         scan_recall=round(sum(recalls) / len(recalls), 4) if recalls else None,
@@ -444,4 +566,23 @@ def format_table(result: EvaluationResult) -> str:
         lines.append(f"| {c} | " + " | ".join("-" if v is None else f"{100 * v:.2f}" for v in cells) + " |")
     lines.append(f"\n{result.n_instances} instances, judge: {result.judge}, "
                  f"failed: {result.n_failed}, resumed: {result.n_resumed}")
+    lines += run_notes(result)
     return "\n".join(lines)
+
+
+def run_notes(result: EvaluationResult) -> list[str]:
+    """The lines that say what the scores leave out: incomplete rows, skipped instances, a budget stop."""
+    notes = []
+    if result.n_incomplete or result.n_rejudged:
+        notes.append(f"incomplete: {result.n_incomplete} (a later round aborted or a judge call failed; "
+                     f"--resume reruns them){f', re-judged: {result.n_rejudged}' if result.n_rejudged else ''}")
+    if result.n_skipped:
+        notes.append(f"skipped: {result.n_skipped} (over the window), not scored: " + "; ".join(
+            f"{i}: {why}" for i, why in result.skipped.items()))
+    budget = result.budget or {}
+    if budget.get("stopped"):
+        notes.append(f"{budget['stopped']}; {len(budget.get('not_run') or [])} instance(s) not run: rerun with "
+                     "--resume to continue")
+    elif budget:
+        notes.append(f"spent ${budget['spent']:.4f} of --max-cost ${budget['max_cost']:g}")
+    return notes

@@ -18,6 +18,7 @@ import dspy
 from pydantic import BaseModel, ConfigDict
 
 from tide_dspy import metrics
+from tide_dspy.budget import Estimate, Estimator, Limits, Target, estimate_runs
 from tide_dspy.discovery import ChanceBaseline
 from tide_dspy.domains import get_setting
 from tide_dspy.evaluation import EvaluationResult, data_path, evaluate, read_rows, select_instances
@@ -365,15 +366,10 @@ class EvaluationRun(BaseModel):
     executed: bool  # tests ran (--verify-repo)
 
 
-def evaluate_split(selection: Selection, *, lm: LMSource, backbone: str, program: str | None = None,
-                   method: str | None = None, shape: ProgramShape = ProgramShape(), templates: str | None = None,
-                   programs: str = "programs", demos: int = 3, judge: str = "proxy", workers: int = 1,
-                   out: str | Path | None = None, resume: bool = False, fresh: bool = False,
-                   verification: Verification = Verification(), check_out: Callable[[Path], Any] | None = None,
-                   tracking: Tracking = Tracking()) -> EvaluationRun:
-    """Score a saved `program` (path or models:/ URI) or a fresh `method` on `selection`, one row per instance in
-    `out` (default runs/<setting>/<backbone>/<method>-<split>/results.jsonl). `check_out(folder)` vets the output
-    folder before any LM work."""
+def evaluation_program(selection: Selection, *, backbone: str, program: str | None, method: str | None,
+                       shape: ProgramShape, templates: str | Path | None, programs: str | Path, demos: int):
+    """(the program to evaluate, the selection with its setting, the method's name): a saved `program` (path or
+    models:/ URI) with `shape`'s overrides, or a fresh `method`."""
     if program:
         built = load_program(program)
         for name, value in (("max_rounds", shape.rounds), ("per_round", shape.per_round),
@@ -386,13 +382,27 @@ def evaluate_split(selection: Selection, *, lm: LMSource, backbone: str, program
         setting, method = built.setting_name, method_of(built)
         if selection.setting and selection.setting != setting:
             raise ValueError(f"--setting {selection.setting} but the program {program} is for {setting}")
-        selection = selection.model_copy(update={"setting": setting})
-    else:
-        if not selection.setting:
-            raise ValueError("--method needs --setting")
-        setting = selection.setting
-        built = build_method(setting, method, shape, templates=templates_path(setting, backbone, templates, programs),
-                             demos=demos, data=selection.data)
+        return built, selection.model_copy(update={"setting": setting}), method
+    if not selection.setting:
+        raise ValueError("--method needs --setting")
+    setting = selection.setting
+    built = build_method(setting, method, shape, templates=templates_path(setting, backbone, templates, programs),
+                         demos=demos, data=selection.data)
+    return built, selection, method
+
+
+def evaluate_split(selection: Selection, *, lm: LMSource, backbone: str, program: str | None = None,
+                   method: str | None = None, shape: ProgramShape = ProgramShape(), templates: str | None = None,
+                   programs: str = "programs", demos: int = 3, judge: str = "proxy", workers: int = 1,
+                   out: str | Path | None = None, resume: bool = False, fresh: bool = False,
+                   verification: Verification = Verification(), check_out: Callable[[Path], Any] | None = None,
+                   limits: Limits = Limits(), tracking: Tracking = Tracking()) -> EvaluationRun:
+    """Score a saved `program` (path or models:/ URI) or a fresh `method` on `selection`, one row per instance in
+    `out` (default runs/<setting>/<backbone>/<method>-<split>/results.jsonl). `check_out(folder)` vets the output
+    folder before any LM work. `limits`: a budget (USD), prices and a window override (budget.Limits)."""
+    built, selection, method = evaluation_program(selection, backbone=backbone, program=program, method=method,
+                                                  shape=shape, templates=templates, programs=programs, demos=demos)
+    setting = selection.setting
     execute = verification.judge(setting)
     instances = selection.load()
     out_dir = Path(out) if out else program_dir(setting, backbone, root="runs") / f"{method}-{selection.split}"
@@ -407,7 +417,7 @@ def evaluate_split(selection: Selection, *, lm: LMSource, backbone: str, program
               "verify_repo": verification.repo}
     with _track("evaluate", selection, backbone, tracking, params, {}) as run:
         result = evaluate(built, instances, judge=judge_model, out_path=results, resume=resume, lm=lm,
-                          method=method, execute=execute, workers=workers,
+                          method=method, execute=execute, workers=workers, limits=limits,
                           config={"command": tracking.command_line, "program_path": program, "backbone": backbone,
                                   "split": selection.split})
         seconds = run.seconds()
@@ -415,9 +425,145 @@ def evaluate_split(selection: Selection, *, lm: LMSource, backbone: str, program
         run.log_metrics({"seconds": seconds})
         if result.execution:
             run.log_metrics({"execution_resolution": result.execution["rate"]})
+        run.log_metrics({"n_incomplete": result.n_incomplete, "n_skipped": result.n_skipped,
+                         **({"budget_spent_usd": result.budget["spent"]} if result.budget else {})})
         run.log_usage(result.lm_usage)
         for name in ("results.jsonl", "config.json", "summary.json"):
             run.log_artifact(out_dir / name, "evaluation")
         if program and Path(program).exists():
             run.log_artifact(Path(program), "program")
     return EvaluationRun(result=result, results_path=results, seconds=seconds, executed=execute is not None)
+
+
+# ---- estimates: what a step would send and what it would cost, without calling a model ----
+
+def stand_in_templates(setting: str, backbone: str, templates: str | Path | None,
+                       programs: str | Path) -> tuple[Path, str | None]:
+    """The template library a step reads, or, where the backbone has none yet, the embedded backbone's shipped
+    one in its place (with a note saying so): an estimate needs templates of a realistic size."""
+    from tide_dspy.shipped import PROGRAMS_DIR
+    from tide_dspy.util.paths import CHECKOUT_ROOT
+
+    def shown(p: Path) -> Path:  # within the checkout, relative to it
+        return p.relative_to(CHECKOUT_ROOT) if CHECKOUT_ROOT and p.is_relative_to(CHECKOUT_ROOT) else p
+
+    path = templates_path(setting, backbone, templates, programs)
+    if path.exists() or templates:
+        return path, None
+    for root in (Path(programs), PROGRAMS_DIR):
+        stand_in = program_dir(setting, "local", root=root) / "templates.json" if root else None
+        if stand_in is not None and stand_in.exists():
+            return stand_in, (f"no template library for {backbone} at {shown(path)} yet (`tide distill --setting "
+                              f"{setting} --backbone {backbone}` makes one; its cost is not included): the estimate "
+                              f"reads {shown(stand_in)} in its place")
+    return path, None
+
+
+def estimate_targets(lm, backbone: str, judge_model, judge: str, limits: Limits) -> dict[str, Target | None]:
+    """The backbone and (for an LLM judge) the judge, with the prices and window `limits` may override."""
+    judge_lm = getattr(judge_model, "lm", None)
+    return {"backbone": Target.of(lm, backbone, prices=limits.prices, window=limits.context_window,
+                                  output=limits.output_tokens),
+            "judge": Target.of(judge_lm, judge, prices=limits.judge_prices) if judge_lm is not None else None}
+
+
+def estimator_for(lm, targets: dict[str, Target | None], counter=None) -> Estimator:
+    """An estimator that formats prompts as the run will: the adapter the run scopes around its calls. `counter`
+    (a budget.PromptCounter) may be shared between estimates of the same prompts."""
+    from tide_dspy.backbones import adapter_for
+
+    estimator = Estimator.for_targets(targets, adapter=dspy.settings.adapter or adapter_for(lm) or dspy.ChatAdapter())
+    if counter is not None:
+        estimator.counter = counter
+    return estimator
+
+
+def estimate_split(selection: Selection, *, lm: LMSource, backbone: str, program: str | None = None,
+                   method: str | None = None, shape: ProgramShape = ProgramShape(), templates: str | None = None,
+                   programs: str = "programs", demos: int = 3, judge: str = "proxy",
+                   limits: Limits = Limits()) -> Estimate:
+    """What `evaluate_split` with these arguments would send and cost (`tide evaluate --dry-run`)."""
+    note = None
+    if not program and method == "tide" and selection.setting:
+        path, note = stand_in_templates(selection.setting, backbone, templates, programs)
+        templates = str(path)
+    built, selection, method = evaluation_program(selection, backbone=backbone, program=program, method=method,
+                                                  shape=shape, templates=templates, programs=programs, demos=demos)
+    instances = selection.load()
+    lm, judge_model = _lm(lm), metrics.make_judge(judge)
+    targets = estimate_targets(lm, backbone, judge_model, judge, limits)
+    estimate = estimate_runs({method: built}, instances, estimator_for(lm, targets), targets)
+    estimate.notes += [note] if note else []
+    return estimate
+
+
+def estimate_compile(selection: Selection, *, lm: LMSource, backbone: str, method: str = "tide",
+                     shape: ProgramShape = ProgramShape(), templates: str | None = None, programs: str = "programs",
+                     optimizer: str = "copro", judge: str = "proxy", demos: int | None = None,
+                     options: list[str] | None = None, val_fraction: float = 0.25, seed: int = 0,
+                     limits: Limits = Limits()) -> Estimate:
+    """What `compile_and_save` would send and cost (`tide compile --dry-run`): the validation before and after,
+    the optimizer's program runs (budget.optimizer_plan) and its proposals."""
+    from tide_dspy.budget import PROPOSAL_PROMPT_TOKENS, optimizer_plan
+    from tide_dspy.optimize import load_optimizer_config, optimizer_arguments, parse_options, split_train
+
+    setting = selection.setting
+    instances = selection.load()
+    train, val = split_train(instances, val_fraction, seed)
+    library, note = stand_in_templates(setting, backbone, templates, programs) if method == "tide" else (None, None)
+    program = build_method(setting, method, shape, templates=library, demos=demos, data=selection.data,
+                           train_instances=train)
+    config = load_optimizer_config(optimizer)
+    init, comp = optimizer_arguments(config, demos=demos, options=parse_options(options), n_train=len(train))
+    lm, judge_model = _lm(lm), metrics.make_judge(judge)
+    targets = estimate_targets(lm, backbone, judge_model, judge, limits)
+    estimator = estimator_for(lm, targets)
+    round_prompt = round(sum(estimator.largest_prompt(program, i) for i in train) / len(train))
+    plan = optimizer_plan(config, init, comp, len(train), len(val), len(program.predictors()), round_prompt)
+    estimate = Estimate.for_targets(targets)
+    estimate_runs({"before (validation)": program}, val, estimator, targets, estimate=estimate)
+    if plan.train_passes:
+        estimate_runs({f"optimizer: {plan.train_passes:g} passes over train": program}, train, estimator, targets,
+                      runs=plan.train_passes, estimate=estimate)
+    if plan.val_passes:
+        estimate_runs({f"optimizer: {plan.val_passes:g} passes over validation": program}, val, estimator, targets,
+                      runs=plan.val_passes, estimate=estimate)
+    if plan.proposals:
+        estimate.add("optimizer: proposals", estimator.proposal_calls(
+            plan.proposals, plan.proposal_prompt or PROPOSAL_PROMPT_TOKENS))
+    estimate_runs({"after (validation)": program}, val, estimator, targets, estimate=estimate)
+    estimate.instances = len(instances)
+    estimate.notes += [plan.note, *([note] if note else [])]
+    return estimate
+
+
+def estimate_tune(selection: Selection, *, lm: LMSource, backbone: str, trials: int, templates: str | None = None,
+                  program: str | None = None, programs: str = "programs", judge: str = "proxy",
+                  val_fraction: float = 0.25, seed: int = 0, limits: Limits = Limits()) -> Estimate:
+    """What `tune_and_save` would send and cost (`tide tune --dry-run`): each trial on the validation part, at
+    the largest shape of the search space (an upper bound)."""
+    from tide_dspy.optimize import search_space, split_train
+    from tide_dspy.templates import TemplateLibrary
+
+    setting = selection.setting
+    instances = selection.load()
+    _, val = split_train(instances, val_fraction, seed)
+    path, note = stand_in_templates(setting, backbone, templates, programs)
+    library = TemplateLibrary.load(path)
+    compiled = Path(program) if program else program_dir(setting, backbone, root=programs) / "tide.json"
+    base = load_program(compiled) if program or compiled.exists() else None
+    space = search_space(setting, len(library))
+    rounds, per_round = space["max_rounds"][1], space["per_round"][1]
+    trial = build_method(setting, "tide", ProgramShape(rounds=rounds, per_round=per_round), templates=path)
+    if base is not None:
+        if base.scanner is not None:
+            trial.use_scan(base.focus_size)
+        trial.load_state(base.dump_state())
+        trial.max_rounds, trial.per_round = rounds, per_round
+    lm, judge_model = _lm(lm), metrics.make_judge(judge)
+    targets = estimate_targets(lm, backbone, judge_model, judge, limits)
+    estimate = estimate_runs({f"{trials} trial(s)": trial}, val, estimator_for(lm, targets), targets, runs=trials)
+    estimate.notes.append(f"each trial at the search space's largest shape (T={rounds}, k={per_round}, all "
+                          f"{len(library)} templates), on the {len(val)} validation instances")
+    estimate.notes += [note] if note else []
+    return estimate

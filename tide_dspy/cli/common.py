@@ -98,6 +98,16 @@ def sandbox_options(args: argparse.Namespace, given: bool, needs: str):
                           env=tuple(args.verify_env), read_only=tuple(args.verify_read))
 
 
+def price(text: str):
+    """An argparse type: IN,OUT[,CACHED] in USD per million tokens (tide_dspy.budget.parse_price)."""
+    from tide_dspy.budget import parse_price
+
+    try:
+        return parse_price(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def check_output_folder(path: str | Path, option: str = "--out") -> Path:
     """`path` as an output folder: it may not exist yet, but neither it nor a parent may be a file. Checked before
     any LM work, so a run is not lost at the end for want of a place to write."""
@@ -176,6 +186,38 @@ def add_program_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--scan", type=positive_int, default=None, metavar="N",
                    help="rate every artifact on its own first; each round reads the N most suspect unfound ones in "
                         "full (the scan's instruction is then compiled too; --metric scan-recall scores its ranking)")
+
+
+def add_cost_options(p: argparse.ArgumentParser, budget: bool = False, judge: bool = True) -> None:
+    """--dry-run and --price (every command that calls a model), --judge-price where a judge runs; with `budget`,
+    --max-cost and --context-window."""
+    p.add_argument("--dry-run", action="store_true",
+                   help="render the prompts the run would send, count their tokens, print the calls, prompt and "
+                        "output tokens and USD per method and backbone (judge included), and exit without calling "
+                        "a model")
+    p.add_argument("--price", type=price, default=None, metavar="IN,OUT[,CACHED]",
+                   help="the backbone's USD per million prompt and output tokens (and cached prompt tokens), for "
+                        "estimates and budgets where the price map has none or you pay another price")
+    if judge:
+        p.add_argument("--judge-price", type=price, default=None, metavar="IN,OUT[,CACHED]",
+                       help="the same for the judge backbone")
+    if budget:
+        p.add_argument("--max-cost", type=positive_float, default=None, metavar="USD",
+                       help="a budget: no instance starts once the USD spent so far (provider-reported, else tokens "
+                            "at the prices) plus its estimated cost would pass USD; finished rows are kept and "
+                            "--resume continues")
+        p.add_argument("--context-window", type=positive_int, default=None, metavar="TOKENS",
+                       help="the backbone's context window for the pre-check that skips instances which cannot fit "
+                            "(default: the backbone's, e.g. 200000 for claude-sonnet-4.5)")
+
+
+def cost_limits(args: argparse.Namespace):
+    """The budget.Limits of the options add_cost_options added."""
+    from tide_dspy.budget import Limits
+
+    return Limits(max_cost=getattr(args, "max_cost", None), prices=getattr(args, "price", None),
+                  judge_prices=getattr(args, "judge_price", None),
+                  context_window=getattr(args, "context_window", None))
 
 
 def add_workers_option(p: argparse.ArgumentParser, what: str) -> None:

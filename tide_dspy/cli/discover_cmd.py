@@ -6,8 +6,8 @@ import argparse
 import sys
 
 from tide_dspy.backbones import LMOptions, lm_from_options
-from tide_dspy.cli.common import (add_lm_options, add_sandbox_options, check_output_folder, positive_float,
-                                  positive_int, sandbox_options)
+from tide_dspy.cli.common import (add_cost_options, add_lm_options, add_sandbox_options, check_output_folder,
+                                  positive_float, positive_int, sandbox_options)
 from tide_dspy.util.safe_write import OutLock
 
 
@@ -32,6 +32,7 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
                                                               "inside the tree being read is refused")
     parser.add_argument("--out-inside", action="store_true",
                         help="allow --out inside the tree being read (which could ship files or links there)")
+    add_cost_options(parser, judge=False)
     add_lm_options(parser)
 
 
@@ -115,8 +116,27 @@ def scan_focus(args: argparse.Namespace) -> int | None:
     return registered.discover_scan if registered is not None else None
 
 
+def _dry_run(args: argparse.Namespace, instance, unit_of) -> int:
+    from tide_dspy.product.run import estimate_discovery
+
+    estimate = estimate_discovery(instance, lm=lm_from_options(LMOptions.from_namespace(args)), backbone=args.backbone,
+                                  program=args.program, templates=args.templates, rounds=args.rounds,
+                                  per_round=args.per_round, max_context_tokens=args.max_context_tokens,
+                                  unit_of=unit_of, scan=scan_focus(args), prices=args.price,
+                                  progress=lambda line: print(line, flush=True))
+    print(estimate.table())
+    print("dry run: no model was called, no report written")
+    return 0
+
+
 def run_repo(args: argparse.Namespace) -> int:
     from tide_dspy.product import discover_repository
+
+    if args.dry_run:
+        from tide_dspy.product.run import repository_instance, repository_unit
+
+        instance, _ = repository_instance(args.path, args.include, args.exclude, args.since, print)
+        return _dry_run(args, instance, repository_unit)
 
     limits = {k: v for k, v in (("verify_timeout", args.verify_timeout), ("verify_total", args.verify_total))
               if v is not None}
@@ -132,6 +152,12 @@ def run_repo(args: argparse.Namespace) -> int:
 
 def run_workspace(args: argparse.Namespace) -> int:
     from tide_dspy.product import discover_workspace
+
+    if args.dry_run:
+        from tide_dspy.product.run import workspace_instance, workspace_unit
+
+        instance, ingested, _ = workspace_instance(args.dir, args.profile, args.actions, args.exclude, print)
+        return _dry_run(args, instance, workspace_unit(ingested.sources))
 
     common = _common(args, args.dir)
     with out_lock(args.out):

@@ -12,9 +12,10 @@ import sys
 
 from tide_dspy import workflows
 from tide_dspy.backbones import LMOptions, lm_from_options
-from tide_dspy.cli.common import (add_data_options, add_output_options, add_program_options, add_sandbox_options,
-                                  add_split_options, add_workers_option, check_output_folder, command_line, count,
-                                  percentage, positive_float, positive_int, sandbox_options)
+from tide_dspy.cli.common import (add_cost_options, add_data_options, add_output_options, add_program_options,
+                                  add_sandbox_options, add_split_options, add_workers_option, check_output_folder,
+                                  command_line, cost_limits, count, percentage, positive_float, positive_int,
+                                  sandbox_options)
 from tide_dspy.evaluation import format_table
 
 
@@ -48,6 +49,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     c.add_argument("--autolog", action="store_true",
                    help="also run mlflow.dspy autologging (optimizer params, best-program state, and data tables "
                         "that hold every rendered instance: large for repositories)")
+    add_cost_options(c)
     add_output_options(c)
     c.set_defaults(func=run_compile)
 
@@ -65,6 +67,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "machine or many, share a study through an RDB URL such as postgresql://user@host/db "
                         "(a password is better kept in ~/.pgpass or PGPASSWORD than in the URL)")
     t.add_argument("--study", default=None, help="study name (default: tide-<setting>-<backbone>)")
+    add_cost_options(t)
     add_output_options(t)
     t.set_defaults(func=run_tune)
 
@@ -92,6 +95,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     e.add_argument("--verify-timeout", type=positive_float, default=None, metavar="S",
                    help="seconds per test run (default 120)")
     add_sandbox_options(e, "--verify-repo")
+    add_cost_options(e, budget=True)
     add_output_options(e)
     e.set_defaults(func=run_evaluate)
 
@@ -111,6 +115,18 @@ def _common(args: argparse.Namespace) -> dict:
     return dict(lm=lambda: lm_from_options(LMOptions.from_namespace(args)), backbone=args.backbone, judge=args.judge, programs=args.programs,
                 tracking=workflows.Tracking(enabled=not args.no_track, uri=args.tracking_uri,
                                             command_line=command_line(args)))
+
+
+def _estimating(args: argparse.Namespace) -> dict:
+    """The options an estimate takes: the LM (built, never called), backbone, judge, programs and prices."""
+    return dict(lm=lambda: lm_from_options(LMOptions.from_namespace(args)), backbone=args.backbone, judge=args.judge,
+                programs=args.programs, limits=cost_limits(args))
+
+
+def print_estimate(estimate) -> int:
+    print(estimate.table())
+    print("dry run: no model was called")
+    return 0
 
 
 def _shape(args: argparse.Namespace) -> workflows.ProgramShape:
@@ -135,6 +151,11 @@ def run_distill(args: argparse.Namespace) -> int:
 
 
 def run_compile(args: argparse.Namespace) -> int:
+    if args.dry_run:
+        return print_estimate(workflows.estimate_compile(
+            _selection(args), method=args.method, shape=_shape(args), templates=args.templates,
+            optimizer=args.optimizer, demos=args.demos, options=args.opt, val_fraction=args.val_fraction,
+            seed=args.seed, **_estimating(args)))
     r = workflows.compile_and_save(
         _selection(args), method=args.method, shape=_shape(args), templates=args.templates, optimizer=args.optimizer,
         metric=args.metric, demos=args.demos, options=args.opt, val_fraction=args.val_fraction, seed=args.seed,
@@ -147,6 +168,11 @@ def run_compile(args: argparse.Namespace) -> int:
 
 
 def run_tune(args: argparse.Namespace) -> int:
+    if args.dry_run:
+        return print_estimate(workflows.estimate_tune(
+            _selection(args), trials=args.trials, templates=args.templates, program=args.program,
+            val_fraction=args.val_fraction, seed=args.seed, **_estimating(args)))
+
     def on_trial(trial, value):
         print(f"trial {trial.number}: {args.metric}={value:.4f} {trial.params}", flush=True)
 
@@ -161,6 +187,10 @@ def run_tune(args: argparse.Namespace) -> int:
 
 
 def run_evaluate(args: argparse.Namespace) -> int:
+    if args.dry_run:
+        return print_estimate(workflows.estimate_split(
+            _selection(args), program=args.program, method=args.method, shape=_shape(args), templates=args.templates,
+            demos=args.demos, **_estimating(args)))
     verification = workflows.Verification(repo=args.verify_repo, command=args.verify_command,
                                           timeout=args.verify_timeout,
                                           sandbox=sandbox_options(args, args.verify_repo is not None,
@@ -168,12 +198,17 @@ def run_evaluate(args: argparse.Namespace) -> int:
     r = workflows.evaluate_split(
         _selection(args), program=args.program, method=args.method, shape=_shape(args), templates=args.templates,
         demos=args.demos, workers=args.workers, out=args.out, resume=args.resume, fresh=args.fresh,
-        verification=verification, check_out=check_output_folder, **_common(args))
+        verification=verification, check_out=check_output_folder, limits=cost_limits(args), **_common(args))
     print(format_table(r.result))
     if r.executed:
         print(execution_line(r.result))
     print(f"{r.seconds}s; results -> {r.results_path}")
+    if (r.result.budget or {}).get("stopped"):
+        return STOPPED_AT_BUDGET
     return every_instance_failed(r.result)
+
+
+STOPPED_AT_BUDGET = 4  # exit status of an evaluation that --max-cost stopped before every instance ran
 
 
 def every_instance_failed(result) -> int:

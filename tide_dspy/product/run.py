@@ -216,6 +216,31 @@ def run_discovery(instance: Instance, *, lm, backbone: str, program: str | Path 
     return Discovery(tide, source, len(parts), findings, records, scans)
 
 
+def estimate_discovery(instance: Instance, *, lm, backbone: str, program: str | Path | None,
+                       templates: str | Path | None, rounds: int | None, per_round: int | None,
+                       max_context_tokens: int | None, unit_of: Callable[[Artifact], tuple[str, str]],
+                       scan: int | None = None, prices=None, progress: Progress = print):
+    """What `run_discovery` would send and cost (`tide discover --dry-run`): the same program and windows, each
+    window's scan and rounds rendered and counted (tide_dspy.budget), no model called."""
+    from tide_dspy.budget import Estimate, Estimator, Target
+    from tide_dspy.backbones import adapter_for
+
+    setting = get_setting(instance.setting)
+    tide, source = choose_program(setting.name, backbone, program, templates, rounds, per_round)
+    if scan is not None:
+        tide.use_scan(scan)
+    progress(f"using {source}")
+    parts = plan_windows(setting, instance, tide, lm, max_context_tokens, unit_of, progress)
+    target = Target.of(lm, backbone, prices=prices)
+    estimator = Estimator.for_targets({"backbone": target}, adapter=adapter_for(lm))
+    estimate = Estimate.for_targets({"backbone": target})
+    estimate.instances = 1
+    for w, artifacts in enumerate(parts, 1):
+        label = f"window {w}/{len(parts)}" if len(parts) > 1 else "discover"
+        estimate.add(label, estimator.program_calls(tide, instance.model_copy(update={"artifacts": artifacts})))
+    return estimate
+
+
 def finish(result: DiscoverResult, started: float, progress: Progress) -> DiscoverResult:
     result.seconds = time.perf_counter() - started
     progress(f"done: {result.summary_line()}")
@@ -316,18 +341,14 @@ def verify_findings(result: DiscoverResult, verifier: Verifier, progress: Progre
     result.order_by_verification()
 
 
-def discover_repository(path: str | Path, *, lm, backbone: str = "local", include: Iterable[str] = (),
-                        exclude: Iterable[str] = (), since: str | None = None, program: str | Path | None = None,
-                        templates: str | Path | None = None, rounds: int | None = None, per_round: int | None = None,
-                        max_context_tokens: int | None = None, verify: str | None = None,
-                        verify_timeout: float = DEFAULT_RUN_TIMEOUT, verify_total: float = DEFAULT_TOTAL_TIMEOUT,
-                        verify_sandbox: SandboxOptions = SandboxOptions(), scan: int | None = None,
-                        progress: Progress = print) -> DiscoverResult:
-    """`verify`: a test command run on a copy of the tree, unpatched and then with each patch that applies
-    (tide_dspy.product.verify), inside the sandbox `verify_sandbox` describes. It executes the project's code
-    and the model's patches, so it runs only when given. `scan`: rate every
-    function on its own first and let each round read this many of the most suspect in full (see tide_dspy.scan)."""
-    started = time.perf_counter()
+def repository_unit(a: Artifact) -> tuple[str, str]:
+    """A function's window unit: its file, grouped with the files of its folder."""
+    return a.payload["path"], str(PurePosixPath(a.payload["path"]).parent)
+
+
+def repository_instance(path: str | Path, include: Iterable[str] = (), exclude: Iterable[str] = (),
+                        since: str | None = None, progress: Progress = print) -> tuple[Instance, list[dict]]:
+    """The candidate functions of a source tree as an instance, and the files left out ({path, reason})."""
     root = Path(path).resolve()
     if not root.is_dir():
         raise FileNotFoundError(f"{path}: not a directory; pass the root of a Python source tree")
@@ -344,18 +365,35 @@ def discover_repository(path: str | Path, *, lm, backbone: str = "local", includ
         progress(f"skipped {s['path']}: {s['reason']}")
     if not artifacts:
         raise ValueError(f"{root}: no functions found in the {len(files)} selected Python file(s)")
+    instance = Instance(instance_id=f"discover-{root.name}", setting=REPOSITORY.name, repo=root.name,
+                        anchor_commit=head_commit(root) if git_toplevel(root) else None,
+                        artifacts=artifacts, meta={"root": str(root), "files": len(files)})
+    return instance, skipped
+
+
+def discover_repository(path: str | Path, *, lm, backbone: str = "local", include: Iterable[str] = (),
+                        exclude: Iterable[str] = (), since: str | None = None, program: str | Path | None = None,
+                        templates: str | Path | None = None, rounds: int | None = None, per_round: int | None = None,
+                        max_context_tokens: int | None = None, verify: str | None = None,
+                        verify_timeout: float = DEFAULT_RUN_TIMEOUT, verify_total: float = DEFAULT_TOTAL_TIMEOUT,
+                        verify_sandbox: SandboxOptions = SandboxOptions(), scan: int | None = None,
+                        progress: Progress = print) -> DiscoverResult:
+    """`verify`: a test command run on a copy of the tree, unpatched and then with each patch that applies
+    (tide_dspy.product.verify), inside the sandbox `verify_sandbox` describes. It executes the project's code
+    and the model's patches, so it runs only when given. `scan`: rate every
+    function on its own first and let each round read this many of the most suspect in full (see tide_dspy.scan)."""
+    started = time.perf_counter()
+    instance, skipped = repository_instance(path, include, exclude, since, progress)
+    root, artifacts = Path(instance.meta["root"]), instance.artifacts
     with contextlib.ExitStack() as stack:
         verifier = (stack.enter_context(start_verifier(root, verify, verify_timeout, verify_total, progress,
                                                        verify_sandbox))
                     if verify is not None else None)
-        instance = Instance(instance_id=f"discover-{root.name}", setting=REPOSITORY.name, repo=root.name,
-                            anchor_commit=head_commit(root) if git_toplevel(root) else None,
-                            artifacts=artifacts, meta={"root": str(root), "files": len(files)})
         run = run_discovery(instance, lm=lm, backbone=backbone, program=program, templates=templates, rounds=rounds,
-                            per_round=per_round, max_context_tokens=max_context_tokens,
-                            unit_of=lambda a: (a.payload["path"], str(PurePosixPath(a.payload["path"]).parent)),
+                            per_round=per_round, max_context_tokens=max_context_tokens, unit_of=repository_unit,
                             progress=progress, scan=scan,
-                            describe_input=f"{root}: {len(artifacts)} candidate functions in {len(files)} files; ")
+                            describe_input=f"{root}: {len(artifacts)} candidate functions in "
+                                           f"{instance.meta['files']} files; ")
         checker = PatchChecker(root)
         checks = [checker.check(f.patch) for f in run.findings]
         for f, check in zip(run.findings, checks):
@@ -372,12 +410,14 @@ def discover_repository(path: str | Path, *, lm, backbone: str = "local", includ
 
 # ---- workspace ----
 
-def discover_workspace(folder: str | Path, *, lm, backbone: str = "local", profile: str | Path | None = None,
-                       actions: str | Path | None = None, exclude: Iterable[str] = (), program: str | Path | None = None,
-                       templates: str | Path | None = None, rounds: int | None = None, per_round: int | None = None,
-                       max_context_tokens: int | None = None, scan: int | None = None,
-                       progress: Progress = print) -> DiscoverResult:
-    started = time.perf_counter()
+def workspace_unit(sources: dict[str, str]) -> Callable[[Artifact], tuple[str, str]]:
+    """An item's window unit: the item and the file it came from, grouped with the files of its folder."""
+    return lambda a: (f"{a.id} ({sources[a.id]})", str(PurePosixPath(sources[a.id]).parent))
+
+
+def workspace_instance(folder: str | Path, profile: str | Path | None = None, actions: str | Path | None = None,
+                       exclude: Iterable[str] = (), progress: Progress = print):
+    """(the workspace folder as an instance, what was ingested, the notes on defaults and fallbacks)."""
     root = Path(folder).resolve()
     ingested = ingest_workspace(root, exclude=exclude, progress=progress)
     counts = ingested.counts()
@@ -406,11 +446,20 @@ def discover_workspace(folder: str | Path, *, lm, backbone: str = "local", profi
         progress(note)
     instance = Instance(instance_id=f"discover-{root.name}", setting=WORKSPACE.name, profile=person,
                         actions=action_list, artifacts=ingested.artifacts, meta={"root": str(root)})
+    return instance, ingested, notes
+
+
+def discover_workspace(folder: str | Path, *, lm, backbone: str = "local", profile: str | Path | None = None,
+                       actions: str | Path | None = None, exclude: Iterable[str] = (), program: str | Path | None = None,
+                       templates: str | Path | None = None, rounds: int | None = None, per_round: int | None = None,
+                       max_context_tokens: int | None = None, scan: int | None = None,
+                       progress: Progress = print) -> DiscoverResult:
+    started = time.perf_counter()
+    instance, ingested, notes = workspace_instance(folder, profile, actions, exclude, progress)
+    root = Path(instance.meta["root"])
     run = run_discovery(instance, lm=lm, backbone=backbone, program=program, templates=templates, rounds=rounds,
                         per_round=per_round, max_context_tokens=max_context_tokens,
-                        unit_of=lambda a: (f"{a.id} ({ingested.sources[a.id]})",
-                                           str(PurePosixPath(ingested.sources[a.id]).parent)),
-                        progress=progress, scan=scan)
+                        unit_of=workspace_unit(ingested.sources), progress=progress, scan=scan)
     result = DiscoverResult(setting=WORKSPACE.name, target=str(root), instance=instance, findings=run.findings,
                             program_source=run.source, templates=list(run.program.templates), rounds=run.rounds,
                             scans=run.scans, windows=run.windows, sources=ingested.sources, notes=notes,
