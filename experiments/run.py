@@ -22,6 +22,7 @@ from pathlib import Path
 
 from tide_dspy import analysis
 from tide_dspy.backbones import LMOptions, describe_lm, lm_context, lm_from_options
+from tide_dspy.backbones.providers import rules_of
 from tide_dspy.cli.common import add_lm_options
 from tide_dspy.data import load_instances
 from tide_dspy.evaluation import data_path, evaluate, read_rows, select_instances
@@ -362,11 +363,12 @@ def main(argv=None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     instances = chosen_instances(args)
     print(f"{len(instances)} instances: {', '.join(i.instance_id for i in instances)}", flush=True)
-    lm = lm_from_options(LMOptions.from_namespace(args))
-    if args.runs > 1 and not lm.kwargs.get("temperature"):
+    options = LMOptions.from_namespace(args)
+    lm = lm_from_options(options)  # a hosted backbone is checked with one cheap call first (--no-check skips it)
+    if args.runs > 1 and not lm.kwargs.get("temperature") and rules_of(lm).accepts_temperature:
         print("--runs > 1 at temperature 0 would repeat one sample: using temperature 0.7 for every run")
         lm = lm.copy(temperature=0.7)
-    judge = make_judge(args.judge)
+    judge = make_judge(options.judge_spec(args.judge))
     names = list(EXPERIMENTS) if args.experiment == "all" else [args.experiment]
     for name in names:
         started = time.time()
