@@ -122,8 +122,9 @@ class ProviderLM(dspy.LM):
     """A dspy.LM whose every call is shaped by `rules` and retried under `retry`.
 
     The sampling rules apply at construction, on `copy()` (DSPy's Refine and Optuna's trials copy the LM with a
-    temperature) and on each call's own options. A served engine's cache identity (its address and the model it
-    serves) is read before the first call, so DSPy's cache never replays another server's answers."""
+    temperature) and on each call's own options. On a provider that caches only what it is asked to (Claude), each
+    call's static prefix is marked (backbones.prompt_caching). A served engine's cache identity (its address and the
+    model it serves) is read before the first call, so DSPy's cache never replays another server's answers."""
 
     def __init__(self, model: str, *, rules: ProviderRules, retry: RetryPolicy | None = None, **kwargs):
         self.tide_rules = rules
