@@ -38,7 +38,6 @@ import dspy  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's package
 from tide_dspy.backbones import BACKBONES, get_lm, lm_context  # noqa: E402
-from tide_dspy.backbones import preflight  # noqa: E402
 from tide_dspy.cli.main import main as tide  # noqa: E402
 from tide_dspy.data.loaders import load_instances  # noqa: E402
 from tide_dspy.domains import get_setting  # noqa: E402
@@ -182,7 +181,6 @@ def main(argv=None) -> int:
         for provider, env in KEY_ENV.items():
             os.environ[env] = sim.keys[provider]
         for provider, path in ROUTES:
-            preflight._READY.clear()
             for setting, (data_path, instances) in selected.items():
                 for method in ("tide", "single", "multi"):
                     out = Path(tmp) / f"{provider}-{path}-{setting}-{method}"

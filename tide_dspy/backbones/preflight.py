@@ -114,17 +114,13 @@ def check_lm(lm) -> CheckReport:
     return report
 
 
-_READY: set[tuple[str, str]] = set()
-
-
 def require_ready(lm, flag: str) -> None:
-    """Check a hosted backbone's `lm` once per process (per model and address); raise PreflightError with the
-    report when it fails. Other LMs (embedded, served, a caller's own) pass. Skip it with --no-check."""
-    key = (getattr(lm, "model", ""), str((getattr(lm, "kwargs", None) or {}).get("api_base")))
-    if key in _READY or resolve(getattr(lm, "tide_backbone", None) or "local").kind != "hosted":
+    """Check a hosted backbone's `lm` (the LM a command just built: one call before its run); raise PreflightError
+    with the report's message when it fails. Other LMs (embedded, served, a caller's own) pass. --no-check skips
+    it."""
+    if resolve(getattr(lm, "tide_backbone", None) or "local").kind != "hosted":
         return
     report = check_lm(lm)
     if not report.ok:
         raise PreflightError(f"{flag} {report.backbone}: {report.problem}\n(`tide check {report.backbone}` shows "
                              "what is sent and charged; --no-check skips this call)")
-    _READY.add(key)
