@@ -83,7 +83,8 @@ def _describe(lm) -> CheckReport:
 
 def _problem(exc: BaseException, report: CheckReport) -> str:
     status = getattr(exc, "status", None)
-    detail = scrub_text(str(getattr(exc, "message", None) or exc))[:300]
+    # The provider's own words, first line only (a client's advice below it names options tide-dspy does not have).
+    detail = scrub_text(str(getattr(exc, "message", None) or exc).strip().splitlines()[0])[:300]
     if isinstance(exc, LMNotConfiguredError):
         return f"no key: set {report.key_env} ({detail})"
     if isinstance(exc, LMAuthError) or status in (401, 403) or (status == 400 and "api key" in detail.lower()):
