@@ -26,6 +26,7 @@ from pathlib import Path
 
 from tide_dspy import analysis
 from tide_dspy.backbones import LMOptions, describe_lm, lm_context, lm_from_options
+from tide_dspy.backbones.providers import rules_of
 from tide_dspy.budget import Estimate, estimate_runs
 from tide_dspy.cli.common import add_cost_options, add_lm_options, cost_limits
 from tide_dspy.data import load_instances
@@ -430,18 +431,19 @@ def main(argv=None) -> int:
     out = Path(args.out or ROOT / "experiments" / "results" / f"{args.setting}-{args.backbone}{variant}")
     instances = chosen_instances(args)
     print(f"{len(instances)} instances: {', '.join(i.instance_id for i in instances)}", flush=True)
-    lm = lm_from_options(LMOptions.from_namespace(args))
+    options = LMOptions.from_namespace(args)
+    lm = lm_from_options(options)  # a hosted backbone is checked with one cheap call first (--no-check skips it)
     if args.dry_run:
         if args.experiment != "table1":
             raise SystemExit("--dry-run estimates table1 (the other experiments reuse its raw runs where they can)")
-        print(estimate_table1(args, instances, lm, make_judge(args.judge)).table())
+        print(estimate_table1(args, instances, lm, make_judge(options.judge_spec(args.judge))).table())
         print("dry run: no model was called, nothing written")
         return 0
     out.mkdir(parents=True, exist_ok=True)
-    if args.runs > 1 and not lm.kwargs.get("temperature"):
+    if args.runs > 1 and not lm.kwargs.get("temperature") and rules_of(lm).accepts_temperature:
         print("--runs > 1 at temperature 0 would repeat one sample: using temperature 0.7 for every run")
         lm = lm.copy(temperature=0.7)
-    judge = make_judge(args.judge)
+    judge = make_judge(options.judge_spec(args.judge))
     names = list(EXPERIMENTS) if args.experiment == "all" else [args.experiment]
     for name in names:
         started = time.time()

@@ -2,7 +2,7 @@
 
 Every POST /v1/chat/completions waits `delay` seconds (a latency-bound endpoint) and answers each output field
 the request asks for with an empty value: JSON when a response_format is sent, DSPy's [[ ## field ## ]] text
-otherwise. It keeps every request body and header it got, and refuses requests beyond `max_requests` (HTTP 429),
+otherwise. GET /v1/models lists `served` (the model ids it says it serves). It keeps every request body and header it got, and refuses requests beyond `max_requests` (HTTP 429),
 so a runaway client stays bounded.
 
     with StubServer(delay=0.2) as stub:
@@ -37,8 +37,8 @@ def empty_answer(body: dict) -> str:
 
 class StubServer:
     def __init__(self, delay: float = 0.0, max_requests: int = 10_000, answer=empty_answer, status: int = 200,
-                 error_body: str = ""):
-        self.delay, self.max_requests, self.answer = delay, max_requests, answer
+                 error_body: str = "", served: tuple[str, ...] = ("stub-model",)):
+        self.delay, self.max_requests, self.answer, self.served = delay, max_requests, answer, served
         self.status, self.error_body = status, error_body
         self.requests: list[dict] = []
         self.headers: list[dict] = []
@@ -57,6 +57,11 @@ class StubServer:
         class Handler(BaseHTTPRequestHandler):
             def log_message(self, *args):  # quiet
                 pass
+
+            def do_GET(self):  # noqa: N802 - http.server's naming
+                if self.path.rstrip("/").endswith("/models"):
+                    return self._send(200, {"object": "list", "data": [{"id": m, "object": "model"} for m in stub.served]})
+                self._send(404, {"error": {"message": f"no route {self.path}"}})
 
             def do_POST(self):  # noqa: N802 - http.server's naming
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")

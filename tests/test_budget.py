@@ -169,6 +169,20 @@ def test_an_instance_over_a_tiny_window_is_skipped_counted_and_never_sent(tmp_pa
     assert again.calls == 0 and resumed.n_skipped == 1  # checked again for free, not retried against the LM
 
 
+def test_a_prompt_over_the_providers_input_limit_is_skipped_though_the_window_holds_it(train):
+    import dataclasses
+
+    from tide_dspy.backbones import get_lm
+    from tide_dspy.budget import RunGuard
+
+    program = build_program("single", "workspace")
+    guard = RunGuard(Limits(), program, get_lm("gpt-5-mini"), None, {})
+    assert guard.targets["backbone"].max_prompt == 272_000
+    prompt = Estimator().largest_prompt(program, train[0])
+    guard.targets["backbone"] = dataclasses.replace(guard.targets["backbone"], max_prompt=prompt - 1)
+    assert guard.skip_reason(train[0]).startswith("over the input limit")
+
+
 def test_the_skip_reason_names_a_long_context_option_where_the_provider_has_one():
     claude = over_window_reason(195_000, 16_384, 200_000, "claude-sonnet-4.5's window", "anthropic")
     assert "211,384 in all" in claude and "context-1m-2025-08-07" in claude

@@ -99,3 +99,13 @@ def test_evaluate_max_cost_stops_with_its_own_exit_status_and_resumes(lm, capsys
     assert "stopped at the budget" in printed and "2 instance(s) not run" in printed and lm.calls == 0
     assert main([*common, "--resume", "--max-cost", "5"]) == 0
     assert "spent $0.0000 of --max-cost $5" in capsys.readouterr().out and lm.calls == 2
+
+
+def test_a_dry_run_on_a_hosted_backbone_makes_no_preflight_call(monkeypatch, capsys, tmp_path):
+    def preflight(*args, **kwargs):
+        raise AssertionError("a dry run made the preflight call")
+
+    monkeypatch.setattr("tide_dspy.backbones.preflight.require_ready", preflight)
+    rc = main(["evaluate", "--setting", "workspace", "--split", "train", "--data", WORKSPACE, "--method", "single",
+               "--backbone", "gpt-5-mini", "--judge", "claude-sonnet-4.5", "--dry-run", "--out", str(tmp_path / "o")])
+    assert rc == 0 and "| single | judge | claude-sonnet-4.5 |" in capsys.readouterr().out

@@ -92,3 +92,49 @@ def test_the_key_goes_to_the_server_and_nowhere_else(monkeypatch):
     assert stub.headers[0]["Authorization"] == "Bearer SENTINEL-server-key"
     assert "SENTINEL" not in json.dumps(describe_lm(lm)) + json.dumps(lm.dump_state(), default=str)
     assert ServedEngine.load_state(lm.engine.dump_state()).dump_state() == lm.engine.dump_state()
+
+
+# ---- which server answered: DSPy's cache never replays another server's answers ----
+
+def _answer_from(name):
+    return lambda body: json.dumps({"pick": {"evidence_id": name, "score": 3}})
+
+
+def test_two_servers_under_one_model_name_never_share_answers():
+    import dspy as _dspy
+
+    _dspy.configure_cache(enable_disk_cache=False, enable_memory_cache=True)
+    with StubServer(answer=_answer_from("F1")) as a, StubServer(answer=_answer_from("F2")) as b:
+        first = _ask(get_lm("openai-compatible", api_base=a.api_base))
+        second = _ask(get_lm("openai-compatible", api_base=b.api_base))
+    assert (first.evidence_id, second.evidence_id) == ("F1", "F2")
+    assert len(a.requests) == len(b.requests) == 1  # b answered itself: no cache entry of a's was replayed
+
+
+def test_the_served_model_id_is_part_of_the_cache_identity():
+    with StubServer(answer=_answer, served=("qwen2.5-coder-7b",)) as stub:
+        lm = get_lm("openai-compatible", api_base=stub.api_base)
+        _ask(lm)
+    assert lm.model.startswith("openai-compatible/qwen2.5-coder-7b-json_schema@")
+    assert stub.requests[0]["model"] == "qwen2.5-coder-7b"  # the id the server listed is the one sent
+
+
+def test_a_dead_server_with_a_warm_cache_fails_rather_than_replaying():
+    import dspy as _dspy
+
+    _dspy.configure_cache(enable_disk_cache=False, enable_memory_cache=True)
+    with StubServer(answer=_answer) as stub:
+        base = stub.api_base
+        _ask(get_lm("openai-compatible", api_base=base))
+    with pytest.raises(Exception, match="no answer|Connection refused|is the server running"):
+        _ask(get_lm("openai-compatible", api_base=base, num_retries=0))
+
+
+def test_a_rate_limited_server_is_retried_after_its_retry_after():
+    with StubServer(answer=_answer, max_requests=1) as stub:
+        lm = get_lm("openai-compatible", api_base=stub.api_base, num_retries=1)
+        _ask(lm)
+        with pytest.raises(Exception, match="HTTP 429"):
+            with dspy.context(lm=lm, adapter=adapter_for(lm)):
+                dspy.Predict(Choose)(question="again?", config={"rollout_id": 1})
+    assert len(stub.requests) == 3  # the first answer, then the 429 and its one retry

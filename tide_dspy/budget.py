@@ -74,11 +74,14 @@ def backbone_prices(name: str | None) -> Prices | None:
     return FREE if backbone.kind == "local" else backbone.rules.prices
 
 
-def rules_of(name: str | None):
-    """The provider rules of a backbone name or raw model string (UNKNOWN when nothing is registered)."""
+def rules_for(lm, name: str | None):
+    """The provider rules of `lm` (those get_lm attached; an LM built elsewhere is sent as written), else of the
+    backbone name or raw model string `name` (UNKNOWN when nothing is registered)."""
     from tide_dspy.backbones import resolve
-    from tide_dspy.backbones.providers import UNKNOWN
+    from tide_dspy.backbones.providers import UNKNOWN, rules_of
 
+    if lm is not None:
+        return rules_of(lm)
     try:
         return resolve(name).rules if name else UNKNOWN
     except ValueError:
@@ -111,6 +114,7 @@ class Target:
     prices: Prices | None = None
     window: int | None = None
     window_source: str = "unknown"
+    max_prompt: int | None = None  # an input limit inside the window (OpenAI's 272k of gpt-5-mini's 400k)
     output: int = DEFAULT_REQUESTED_OUTPUT
     reasoning: int = 0
     provider: str = "unknown"
@@ -123,7 +127,7 @@ class Target:
         from tide_dspy.backbones import serializes_calls
 
         name = getattr(lm, "tide_backbone", None) or name or getattr(lm, "model", None)
-        rules = rules_of(name)
+        rules = rules_for(lm, name)
         n_ctx = getattr(getattr(lm, "engine", None), "n_ctx", None)
         if window:
             size, source = window, "--context-window"
@@ -135,7 +139,7 @@ class Target:
             size, source = None, "unknown"
         priced = prices or (FREE if lm is not None and serializes_calls(lm) else backbone_prices(name))
         return cls(name=name, lm=lm, prices=priced, window=size, window_source=source,
-                   output=output or (requested_output(lm) if lm is not None else DEFAULT_REQUESTED_OUTPUT),
+                   max_prompt=None if window else rules.max_prompt_tokens, output=output or (requested_output(lm) if lm is not None else DEFAULT_REQUESTED_OUTPUT),
                    reasoning=0 if rules.accepts_temperature else REASONING_TOKENS, provider=rules.provider)
 
 
@@ -665,6 +669,9 @@ class RunGuard:
         if backbone.window is None:
             return None
         prompt = self.estimator.largest_prompt(self.program, instance)
+        if backbone.max_prompt is not None and prompt > backbone.max_prompt:
+            return (f"over the input limit: the largest prompt is about {prompt:,} tokens, over the "
+                    f"{backbone.max_prompt:,} input tokens {backbone.name} accepts")
         if prompt + backbone.output <= backbone.window:
             return None
         return over_window_reason(prompt, backbone.output, backbone.window, backbone.window_source, backbone.provider)

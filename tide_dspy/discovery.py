@@ -15,6 +15,7 @@ import dspy
 from dspy.utils.exceptions import AdapterParseError
 from rapidfuzz import fuzz
 
+from tide_dspy.backbones.providers import rules_of
 from tide_dspy.backbones.usage import entries_since, usage_mark, usage_tokens
 from tide_dspy.retry import call_with_retries, describe_error
 from tide_dspy.scan import Ranking, Scanner, ScanRecord, rank, recall_at
@@ -203,11 +204,13 @@ class DiscoveryProgram(dspy.Module):
         (context window, auth, provider) is recorded without a retry and marks the outcome `aborted`. Never raises
         for what the LM does."""
         inputs = self.setting.round_inputs(instance, view, self.guidance_text(), found, max_new, focus)
-        signature = self.setting.grounded_signature(self.discover.signature, instance, view, max_new, self.max_evidence)
         out = CallOutcome()
         lm = self.discover.lm or dspy.settings.lm
         if lm is None:
             raise RuntimeError("no LM configured: use dspy.context(lm=...) or tide_dspy.backbones.get_lm(...)")
+        rules = rules_of(lm)
+        signature = self.setting.grounded_signature(self.discover.signature, instance, view, max_new, self.max_evidence,
+                                                    rules.schema_dialect, rules.max_enum_values)
         mark = usage_mark(lm)
 
         def attempt(config: dict) -> list:
@@ -306,8 +309,9 @@ class SingleAgent(DiscoveryProgram):
 class MultiAgent(DiscoveryProgram):
     """`max_rounds` independent calls with no shared state; findings are pooled and de-duplicated.
 
-    Each call is a separate sample (own rollout id, `temperature`), so the calls are not cache copies.
-    """
+    Each call is a separate sample (own rollout id and seed, and `temperature`), so the calls are not cache copies.
+    A provider that takes only its default temperature (a reasoning model, Gemini 3: backbones.providers) is sent
+    none: its samples differ by rollout id and seed."""
 
     def __init__(self, setting: str, temperature: float = 0.7, **kwargs):
         super().__init__(setting, **kwargs)

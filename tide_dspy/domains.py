@@ -11,9 +11,10 @@ from typing import Any, ClassVar
 
 import dspy
 import json_repair
-from pydantic import BaseModel, Field, ValidationError, create_model
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from tide_dspy import signatures as sig
+from tide_dspy.backbones.providers import sanitize_in_place, sanitize_schema
 from tide_dspy.schemas import (
     Artifact,
     ChosenAction,
@@ -116,9 +117,10 @@ def schema_only(extra: dict) -> Any:
     return Field(json_schema_extra=replace)
 
 
-def bounded_list(item: type, max_items: int) -> type:
-    """list[item] whose JSON schema says maxItems. DSPy keeps only a field's bare annotation when it builds the
-    structured-output schema, so the bound has to live in the type itself."""
+def bounded_list(item: type, max_items: int, dialect: str = "full") -> type:
+    """list[item] whose JSON schema says maxItems (in the provider's `dialect`: backbones.providers). DSPy keeps
+    only a field's bare annotation when it builds the structured-output schema, so the bound has to live in the
+    type itself."""
 
     class BoundedList(list):
         @classmethod
@@ -127,10 +129,23 @@ def bounded_list(item: type, max_items: int) -> type:
 
         @classmethod
         def __get_pydantic_json_schema__(cls, core_schema, handler):
-            return {**handler(core_schema), "maxItems": max_items}
+            return sanitize_schema({**handler(core_schema), "maxItems": max_items}, dialect)
 
     BoundedList.__name__ = BoundedList.__qualname__ = f"list[{item.__name__}]"
     return BoundedList
+
+
+def in_dialect(model: type[BaseModel], dialect: str, max_enum_values: int | None = None) -> type[BaseModel]:
+    """`model`, whose JSON schema (in prompts and structured-output requests alike) is written in a provider's
+    dialect; validation is the model's own."""
+    if dialect == "full":
+        return model
+
+    def written(schema: dict, cls) -> None:
+        sanitize_in_place(schema, dialect, max_enum_values)
+
+    return type(model.__name__, (model,), {"model_config": ConfigDict(json_schema_extra=written),
+                                           "__module__": model.__module__})
 
 
 def render_action(action: ChosenAction | None) -> str:
@@ -220,11 +235,13 @@ class Setting:
 
     # ---- the round's output type, grounded in one instance ----
     def grounded_signature(self, base: type[dspy.Signature], instance: Instance, view: ContextView, max_new: int,
-                           max_evidence: int | None = None) -> type[dspy.Signature]:
+                           max_evidence: int | None = None, dialect: str = "full",
+                           max_enum_values: int | None = None) -> type[dspy.Signature]:
         """`base` (with its instructions, possibly optimized) whose findings may cite only this instance's handles,
         1..max_evidence of them, at most `max_new` findings, and (workspace) only library actions with their
-        required parameters. The constraints live in the JSON schema (prompt, structured outputs, grammar);
-        parsing stays permissive and hygiene drops what does not resolve."""
+        required parameters. The constraints live in the JSON schema (prompt, structured outputs, grammar),
+        written in the provider's `dialect` (backbones.providers.sanitize_schema: e.g. bounds become words in the
+        descriptions for Claude); parsing stays permissive and hygiene drops what does not resolve."""
         bound = max_evidence or self.max_evidence
         item = {"type": "string"}
         if len(view.handles) <= MAX_ENUM:
@@ -233,8 +250,9 @@ class Setting:
         overrides = {"evidence_ids": evidence, **self.draft_schema(instance)}
         fields = {name: (self.draft_type.model_fields[name].annotation, schema_only(schema))
                   for name, schema in overrides.items()}
-        draft = create_model(self.draft_type.__name__.replace("Draft", ""), __base__=self.draft_type, **fields)
-        return base.with_updated_fields("findings", type_=bounded_list(draft, max_new))
+        draft = create_model(self.draft_type.__name__.replace("Draft", ""),
+                             __base__=in_dialect(self.draft_type, dialect, max_enum_values), **fields)
+        return base.with_updated_fields("findings", type_=bounded_list(draft, max_new, dialect))
 
     def complete_drafts(self, lm_response: Any) -> list:
         """The findings of an unparseable answer that validate on their own (e.g. all but an item cut off at

@@ -5,6 +5,9 @@ As in DSPy's `BestOfN` and `Refine` (dspy/predict/best_of_n.py, refine.py), an a
 sample: its own `rollout_id`, so DSPy's cache does not replay the answer that just failed, and a temperature above
 0. Here the seed follows the rollout id too, so a local sampler with a fixed seed does not repeat itself either.
 The first attempt of a plain call has no config of its own: its cache entry is the call's.
+
+A config holds only what the LM's provider accepts (backbones.providers): a reasoning model, or Gemini 3, gets no
+temperature, so its samples differ by rollout id and seed alone; a provider without a seed gets none.
 """
 
 from __future__ import annotations
@@ -12,6 +15,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+from tide_dspy.backbones.providers import LOCAL, ProviderRules, rules_of
 
 RETRY_TEMPERATURE = 1.0  # DSPy's BestOfN and Refine sample their attempts at 1.0
 ROLLOUTS_PER_RUN = 10_000  # rollout ids a run may use before a repeat of the run (another base) begins
@@ -26,11 +31,12 @@ def rollout_base(lm) -> int:
 
 
 def sampling_config(attempt: int, *, rollout: int | None = None, base: int = 0, temperature: float | None = None,
-                    retry_temperature: float = RETRY_TEMPERATURE) -> dict:
+                    retry_temperature: float = RETRY_TEMPERATURE, rules: ProviderRules = LOCAL) -> dict:
     """The per-call `config` of `attempt` (0 is the first) of the sample `rollout` (None: the plain call).
 
     {} for the first attempt of the plain call; otherwise rollout_id = seed = base + rollout * 100 + attempt, and
-    temperature = `temperature` when given, else `retry_temperature` on a retry (else the LM's own)."""
+    temperature = `temperature` when given, else `retry_temperature` on a retry (else the LM's own); then whatever
+    the provider's `rules` refuse is left out."""
     if rollout is None and attempt == 0:
         return {}
     rollout_id = base + (rollout or 0) * ATTEMPTS_PER_ROLLOUT + attempt
@@ -38,7 +44,7 @@ def sampling_config(attempt: int, *, rollout: int | None = None, base: int = 0, 
     chosen = temperature if temperature is not None else (retry_temperature if attempt else None)
     if chosen is not None:
         config["temperature"] = chosen
-    return config
+    return rules.sampling(config)
 
 
 def describe_error(exc: BaseException, chars: int | None = None) -> str:
@@ -71,15 +77,16 @@ def call_with_retries(call: Callable[[dict], Any], max_attempts: int, *, lm=None
     why it rejects the value), at most `max_attempts` times.
 
     An exception of a `retry_on` type is a failed attempt, recorded with `describe_error`; any other propagates.
-    `on_failure(attempt, error)` follows each failed attempt. `lm` sets the rollout base (rollout_base). Never
+    `on_failure(attempt, error)` follows each failed attempt. `lm` sets the rollout base (rollout_base) and the
+    provider rules each config obeys. Never
     raises for a failure it retries: the outcome carries the errors, for the caller to count and record."""
     if max_attempts < 1:
         raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
-    outcome, base = Retried(), rollout_base(lm)
+    outcome, base, rules = Retried(), rollout_base(lm), rules_of(lm)
     for attempt in range(max_attempts):
         outcome.attempts = attempt + 1
         config = sampling_config(attempt, rollout=rollout, base=base, temperature=temperature,
-                                 retry_temperature=retry_temperature)
+                                 retry_temperature=retry_temperature, rules=rules)
         try:
             value = call(config)
             error = check(value) if check is not None else None

@@ -129,11 +129,13 @@ def log_usage(usage: dict | None, name: str = "lm_usage.json") -> None:
     """The usage summary as an artifact, and its totals as metrics."""
     import mlflow
 
+    from tide_dspy.backbones.usage import USAGE_METRICS
+
     if not usage:
         return
     mlflow.log_dict(usage, name)
     for role, summary in usage.items():
-        for key in ("calls", "prompt_tokens", "completion_tokens", "cost_usd"):
+        for key in USAGE_METRICS:
             value = (summary or {}).get(key)
             if value is not None:
                 mlflow.log_metric(f"{role}_{key}", float(value))

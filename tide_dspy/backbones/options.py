@@ -1,4 +1,4 @@
-"""What a command needs to know to build its LM, and the one place that builds it."""
+"""What a command needs to know to build its LMs (backbone and judge), and the one place that builds them."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from tide_dspy.backbones.registry import DEFAULT_BACKBONE, get_lm
 
 @dataclass(frozen=True)
 class LMOptions:
-    """The LM options of a command line (`--backbone`, `--api-base`, ...); None leaves a setting to the environment
-    or the backbone's default."""
+    """The LM options of a command line (`--backbone`, `--api-base`, `--num-retries`, ...); None leaves a setting
+    to the environment or the backbone's default."""
 
     backbone: str = DEFAULT_BACKBONE
     api_base: str | None = None
@@ -20,21 +20,57 @@ class LMOptions:
     max_tokens: int | None = None
     threads: int | None = None
     server_schema: str | None = None
+    num_retries: int | None = None
+    timeout: float | None = None
+    judge_api_base: str | None = None
+    no_check: bool = False
 
     @classmethod
     def from_namespace(cls, namespace) -> LMOptions:
         """The options an argparse namespace holds; missing ones keep their defaults."""
         given = {f.name: getattr(namespace, f.name) for f in fields(cls) if getattr(namespace, f.name, None) is not None}
+        if getattr(namespace, "dry_run", False):
+            given["no_check"] = True  # a dry run calls no model, the preflight call included
         return cls(**given)
+
+    def retry_options(self) -> dict:
+        """What every LM of the command shares, the judge's included: retries and the timeout."""
+        return {k: v for k, v in (("num_retries", self.num_retries), ("timeout", self.timeout)) if v is not None}
+
+    def judge_spec(self, judge: str) -> JudgeSpec:
+        """The judge `judge` ("proxy", "none" or a backbone), built with these options' retries and timeout and its
+        own address (`--judge-api-base`; never the backbone's --api-base)."""
+        options = {**self.retry_options(), **({"api_base": self.judge_api_base} if self.judge_api_base else {})}
+        return JudgeSpec(judge, options, check=not self.no_check)
+
+
+class JudgeSpec(str):
+    """A judge's name (what records, paths and labels show) carrying the LM options its LM is built with: a str,
+    so it goes wherever a judge name goes (metrics.make_judge reads the options)."""
+
+    lm_options: dict
+    check: bool
+
+    def __new__(cls, name: str, lm_options: dict | None = None, check: bool = False) -> JudgeSpec:
+        spec = super().__new__(cls, name)
+        spec.lm_options, spec.check = dict(lm_options or {}), check
+        return spec
 
 
 def lm_from_options(options: LMOptions, backbone: str | None = None) -> dspy.LM:
-    """The LM a command runs on: `backbone` (default: `options.backbone`) built by `get_lm`.
+    """The LM a command runs on: `backbone` (default: `options.backbone`) built by `get_lm`; a hosted backbone is
+    first checked with one cheap call (backbones.preflight) unless `options.no_check`.
 
     An LM the caller has configured (`dspy.configure(lm=...)` or `dspy.context(lm=...)`) is used instead. That is
     the seam through which tests, and programs that run a command in-process, supply their own LM."""
     if dspy.settings.lm is not None:
         return dspy.settings.lm
-    return get_lm(backbone or options.backbone, api_base=options.api_base, temperature=options.temperature,
-                  max_tokens=options.max_tokens, num_threads=options.threads,
-                  **({"server_schema": options.server_schema} if options.server_schema else {}))
+    name = backbone or options.backbone
+    lm = get_lm(name, api_base=options.api_base, temperature=options.temperature,
+                max_tokens=options.max_tokens, num_threads=options.threads, **options.retry_options(),
+                **({"server_schema": options.server_schema} if options.server_schema else {}))
+    if not options.no_check:
+        from tide_dspy.backbones.preflight import require_ready
+
+        require_ready(lm, "--backbone")
+    return lm

@@ -1,14 +1,18 @@
 """Named backbones and how to build a `dspy.LM` for each.
 
 Settings come from arguments, else the environment (TIDE_TEMPERATURE, TIDE_MAX_TOKENS, TIDE_NUM_THREADS,
-TIDE_N_CTX, TIDE_API_BASE, TIDE_SERVED_MODEL, TIDE_SERVER_SCHEMA, TIDE_SERVER_TIMEOUT, TIDE_CONSTRAINED,
-TIDE_FAST_GRAMMAR), else the backbone's defaults. API keys
-are read only from the environment by the provider client (OPENAI_API_KEY, ANTHROPIC_API_KEY, ...;
-TIDE_API_KEY for an openai-compatible server) and never pass through tide-dspy's own arguments.
+TIDE_N_CTX, TIDE_NUM_RETRIES, TIDE_TIMEOUT; for an openai-compatible server TIDE_API_BASE, TIDE_SERVED_MODEL,
+TIDE_SERVER_SCHEMA, TIDE_SERVER_TIMEOUT; for the embedded engine TIDE_CONSTRAINED, TIDE_FAST_GRAMMAR), else the
+backbone's defaults and its provider's rules (backbones.providers). API keys are read only from the environment by
+the provider client (OPENAI_API_KEY, ANTHROPIC_API_KEY, ...; TIDE_API_KEY for an openai-compatible server) and never
+pass through tide-dspy's own arguments. TIDE_API_BASE applies to openai-compatible only: a hosted backbone sends to
+another address only when one is passed explicitly (--api-base), so a provider key never reaches a server left in the
+environment.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from dataclasses import dataclass, field
@@ -17,13 +21,16 @@ from urllib.parse import urlsplit
 import dspy
 from dspy.clients.base_lm import LM_CLASS_STATE_KEY
 
-from tide_dspy.backbones.providers import (ANTHROPIC_SONNET_45, DASHSCOPE_QWEN_36_FLASH, GEMINI_35_FLASH,
-                                          OPENAI_GPT5_MINI, UNKNOWN, ProviderRules)
+from tide_dspy.backbones.calls import ProviderLM, RetryPolicy
+from tide_dspy.backbones.providers import (ANTHROPIC_SONNET_45, DASHSCOPE_QWEN_36_FLASH, GEMINI_35_FLASH, LOCAL,
+                                          OPENAI_COMPATIBLE, OPENAI_GPT5_MINI, UNKNOWN, ProviderRules,
+                                          rules_for_model)
 from tide_dspy.backbones.llamacpp import DEFAULT_MAX_TOKENS, DEFAULT_N_CTX, LlamaCppEngine
 from tide_dspy.backbones.served import ServedEngine
-from tide_dspy.util.secrets import scrub_secrets
+from tide_dspy.util.secrets import scrub_secrets, scrub_text
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -42,11 +49,11 @@ class Backbone:
 
 
 BACKBONES: dict[str, Backbone] = {b.name: b for b in (
-    Backbone("local", "local", "qwen2.5-coder-1.5b-instruct", note="Qwen2.5-Coder 1.5B, llama.cpp in-process"),
-    Backbone("local-small", "local", "qwen2.5-coder-0.5b-instruct", note="Qwen2.5-Coder 0.5B, llama.cpp in-process"),
-    # OpenAI reasoning models accept only temperature 1.0 and max_tokens >= 16000 (enforced by dspy.LM).
-    Backbone("gpt-5-mini", "hosted", "openai/gpt-5-mini", "OPENAI_API_KEY",
-             defaults=dict(temperature=1.0, max_tokens=16000), rules=OPENAI_GPT5_MINI),
+    Backbone("local", "local", "qwen2.5-coder-1.5b-instruct", note="Qwen2.5-Coder 1.5B, llama.cpp in-process",
+             rules=LOCAL),
+    Backbone("local-small", "local", "qwen2.5-coder-0.5b-instruct", note="Qwen2.5-Coder 0.5B, llama.cpp in-process",
+             rules=LOCAL),
+    Backbone("gpt-5-mini", "hosted", "openai/gpt-5-mini", "OPENAI_API_KEY", rules=OPENAI_GPT5_MINI),
     Backbone("claude-sonnet-4.5", "hosted", "anthropic/claude-sonnet-4-5", "ANTHROPIC_API_KEY",
              rules=ANTHROPIC_SONNET_45),
     Backbone("gemini-3.5-flash", "hosted", "gemini/gemini-3.5-flash", "GEMINI_API_KEY", rules=GEMINI_35_FLASH),
@@ -55,9 +62,15 @@ BACKBONES: dict[str, Backbone] = {b.name: b for b in (
              rules=DASHSCOPE_QWEN_36_FLASH),
     # Our own engine (backbones.served): it sends max_tokens (llama.cpp's server ignores max_completion_tokens)
     # and the output schema in the server's dialect.
-    Backbone("openai-compatible", "openai-compatible", "openai-compatible", "TIDE_API_KEY",
+    Backbone("openai-compatible", "openai-compatible", "openai-compatible", "TIDE_API_KEY", rules=OPENAI_COMPATIBLE,
              note="vLLM or `python -m llama_cpp.server`; needs --api-base / TIDE_API_BASE"),
 )}
+
+# Where DSPy's clients read a provider's key and (when set, sending the call through LiteLLM) its address.
+KEY_ENV = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY", "gemini": "GEMINI_API_KEY",
+           "dashscope": "DASHSCOPE_API_KEY"}
+BASE_ENV = {"openai": ("OPENAI_API_BASE", "OPENAI_BASE_URL"), "anthropic": ("ANTHROPIC_API_BASE", "ANTHROPIC_BASE_URL"),
+            "gemini": ("GEMINI_API_BASE", "GEMINI_BASE_URL"), "dashscope": ("DASHSCOPE_API_BASE", "DASHSCOPE_BASE_URL")}
 
 DEFAULT_BACKBONE = "local"
 
@@ -99,40 +112,82 @@ def default_threads() -> int:
 
 
 def resolve(name: str | None) -> Backbone:
-    """The registered backbone for `name`; a raw DSPy model string ("provider/model") becomes an ad-hoc one."""
+    """The registered backbone for `name`; a raw DSPy model string ("provider/model") becomes an ad-hoc one, with
+    its registered model's rules, or conservative rules and a warning."""
     name = name or DEFAULT_BACKBONE
     if name in BACKBONES:
         return BACKBONES[name]
     if "/" in name:
-        return Backbone(name, "hosted", name, verified=False, note="raw DSPy model string")
+        provider = name.split("/", 1)[0]
+        return Backbone(name, "hosted", name, KEY_ENV.get(provider, f"{provider.upper()}_API_KEY"), verified=False,
+                        note="raw DSPy model string", rules=rules_for_model(name))
     raise ValueError(f"unknown backbone {name!r}: choose one of {', '.join(BACKBONES)}, "
                      "or pass a DSPy model string such as 'openai/gpt-4o-mini'")
 
 
+def provider_address(backbone: Backbone, api_base: str | None) -> tuple[str | None, str]:
+    """Where a hosted backbone's calls go, and why: an explicit api_base, else the provider's own base variable
+    (which DSPy's clients read, through LiteLLM), else the provider's public endpoint (None)."""
+    if api_base:
+        return api_base, "--api-base"
+    for name in BASE_ENV.get(backbone.rules.provider, ()):
+        if os.environ.get(name):
+            return os.environ[name], f"${name}, through LiteLLM"
+    return None, "the provider's own endpoint"
+
+
+def retry_policy(num_retries: int | None) -> RetryPolicy:
+    return RetryPolicy(retries=_pick(num_retries, "TIDE_NUM_RETRIES", int, RetryPolicy.retries))
+
+
+def _positive(value: float | None, what: str) -> float | None:
+    if value is not None and not (value > 0 and value != float("inf")):
+        raise ValueError(f"{what} must be a positive number of seconds, got {value}")
+    return value
+
+
 def get_lm(name: str = DEFAULT_BACKBONE, *, api_base: str | None = None, temperature: float | None = None,
-           max_tokens: int | None = None, num_threads: int | None = None, **kw) -> dspy.LM:
+           max_tokens: int | None = None, num_threads: int | None = None, num_retries: int | None = None,
+           timeout: float | None = None, **kw) -> dspy.LM:
     """A `dspy.LM` for a backbone name or raw DSPy model string.
 
-    Extra keywords: n_ctx, constrained, require_items, fast_grammar, seed (local); model (the served model name),
-    server_schema (json_schema | llama.cpp | off: the dialect of the output schema, see backbones.served) and
-    timeout (seconds per call) for openai-compatible;
-    anything else goes to `dspy.LM` (e.g. cache=False, num_retries=...). Keys are refused: set them in
-    the environment.
+    Hosted and served backbones are `ProviderLM`s: every call is shaped by the provider's rules and retried under
+    one policy (`num_retries`, default 8, TIDE_NUM_RETRIES; `timeout` seconds per request, TIDE_TIMEOUT). Extra
+    keywords: n_ctx, constrained, require_items, fast_grammar, seed (local); model (the served model name) and
+    server_schema (json_schema | llama.cpp | off: the dialect of the output schema, see backbones.served) for
+    openai-compatible; anything else goes to `dspy.LM` (e.g. cache=False). Keys are refused: set them in the
+    environment.
     """
     secret_args = sorted(k for k in kw if re.search(r"api_?key|token$|secret|password", k, re.I))
     if secret_args:
         raise ValueError(f"get_lm does not take credentials ({', '.join(secret_args)}); set the provider's "
                          "environment variable instead (e.g. OPENAI_API_KEY, or TIDE_API_KEY for openai-compatible)")
     backbone = resolve(name)
+    if not backbone.verified and backbone.note != "raw DSPy model string":
+        logger.warning("%s: the model id %s is unverified (%s); `tide check %s` makes one cheap call to find out",
+                       backbone.name, backbone.model, backbone.note, backbone.name)
     server_schema = kw.pop("server_schema", None)  # only openai-compatible servers take it
-    api_base = _pick(api_base, "TIDE_API_BASE", str, None)
+    if backbone.kind == "openai-compatible":
+        api_base = _pick(api_base, "TIDE_API_BASE", str, None)
+    elif backbone.kind == "hosted" and not api_base and os.environ.get("TIDE_API_BASE"):
+        logger.warning("TIDE_API_BASE is set but applies to openai-compatible servers only: %s sends to %s, with "
+                       "%s", backbone.name, provider_address(backbone, None)[1], backbone.key_env or "its key")
     if api_base and urlsplit(api_base).password:
         raise ValueError("api_base must not carry credentials (user:password@host); "
                          f"put the server's key in {BACKBONES['openai-compatible'].key_env} instead")
+    rules = backbone.rules
     temperature = _pick(temperature, "TIDE_TEMPERATURE", float, backbone.defaults.get("temperature"))
-    max_tokens = _pick(max_tokens, "TIDE_MAX_TOKENS", int, backbone.defaults.get("max_tokens"))
+    if temperature is not None and not rules.accepts_temperature:
+        logger.warning("%s takes only its default temperature: temperature %s is not sent (samples differ by "
+                       "rollout id and seed)", backbone.name, temperature)
+        temperature = None
+    max_tokens = _pick(max_tokens, "TIDE_MAX_TOKENS", int, backbone.defaults.get("max_tokens", rules.output_tokens))
     if max_tokens is not None and max_tokens < 1:
         raise ValueError(f"max_tokens must be at least 1, got {max_tokens} (from --max-tokens or TIDE_MAX_TOKENS)")
+    if max_tokens is not None and rules.max_output_tokens and max_tokens > rules.max_output_tokens:
+        raise ValueError(f"max_tokens {max_tokens} is more than {backbone.name} writes ({rules.max_output_tokens}); "
+                         "pass a smaller --max-tokens")
+    timeout = _positive(_pick(timeout, "TIDE_TIMEOUT", float, None), "timeout (--timeout / TIDE_TIMEOUT)")
 
     if backbone.kind == "local":
         engine = LlamaCppEngine(
@@ -155,17 +210,41 @@ def get_lm(name: str = DEFAULT_BACKBONE, *, api_base: str | None = None, tempera
             raise ValueError("backbone 'openai-compatible' needs a server address: pass --api-base / api_base= "
                              "or set TIDE_API_BASE (e.g. http://localhost:8000/v1)")
         engine = ServedEngine(
-            api_base, kw.pop("model", None) or os.environ.get("TIDE_SERVED_MODEL") or "default",
+            api_base, kw.pop("model", None) or os.environ.get("TIDE_SERVED_MODEL"),
             schema_format=_pick(server_schema, "TIDE_SERVER_SCHEMA", str, "json_schema"),
             max_tokens=max_tokens or DEFAULT_MAX_TOKENS, temperature=temperature,
-            timeout=_pick(kw.pop("timeout", None), "TIDE_SERVER_TIMEOUT", float, 600.0))
-        # The schema format is part of DSPy's cache key: outputs decoded under another grammar must not be replayed.
-        lm = dspy.LM(f"openai-compatible/{engine.model}-{engine.schema_format}", engine=engine,
-                     temperature=temperature, max_tokens=engine.max_tokens, **kw)
+            timeout=timeout or _pick(None, "TIDE_SERVER_TIMEOUT", float, 600.0))
+        # The model string is DSPy's cache key: it names the server's address and, after the first call, the model
+        # it serves, so two servers never share answers; and the schema format, so outputs decoded under another
+        # grammar are not replayed.
+        lm = ProviderLM(engine.identity_string(), engine=engine, rules=rules, retry=retry_policy(num_retries),
+                        temperature=temperature, max_tokens=engine.max_tokens, **kw)
     else:
-        lm = dspy.LM(backbone.model, temperature=temperature, max_tokens=max_tokens,
-                     **({"api_base": api_base} if api_base else {}), **kw)
+        lm = hosted_lm(backbone, api_base=api_base, temperature=temperature, max_tokens=max_tokens,
+                       timeout=timeout, retry=retry_policy(num_retries), **kw)
     lm.tide_backbone = backbone.name
+    lm.tide_rules = rules
+    return lm
+
+
+def hosted_lm(backbone: Backbone, *, api_base: str | None, temperature: float | None, max_tokens: int | None,
+              timeout: float | None, retry: RetryPolicy, **kw) -> ProviderLM:
+    """A hosted backbone's LM: its provider's rules, its address (said aloud when it is not the provider's own),
+    and which of DSPy's clients carries it (native lm15 or LiteLLM)."""
+    from tide_dspy.backbones.prompt_caching import uses_native_client
+
+    address, source = provider_address(backbone, api_base)
+    if address:
+        logger.warning("%s sends its requests to %s (%s)%s", backbone.name, scrub_text(address), source,
+                       f", with {backbone.key_env}" if backbone.key_env else "")
+    options = {**backbone.rules.request_options, **kw}
+    if api_base:
+        options["api_base"] = api_base
+    if timeout is not None:
+        options["timeout"] = timeout
+    lm = ProviderLM(backbone.model, rules=backbone.rules, retry=retry, temperature=temperature, max_tokens=max_tokens,
+                    **options)
+    lm.tide_native_client = uses_native_client(lm)  # where prompt-cache marks go (backbones.prompt_caching)
     return lm
 
 
@@ -193,12 +272,16 @@ def serializes_calls(lm) -> bool:
 def adapter_for(lm):
     """The adapter that parses best on this LM: JSONAdapter (schema grammar) for a constrained embedded engine,
     where the bench measured 5/5 first-time parses against 3/5 for ChatAdapter, and for a served backbone that
-    takes the schema; otherwise None (DSPy's default)."""
+    takes the schema; a ChatAdapter without the JSON fallback for a provider whose rules turn it off; otherwise
+    None (DSPy's default ChatAdapter, whose fallback asks for the schema as structured output)."""
     engine = getattr(lm, "engine", None)
     if isinstance(engine, LlamaCppEngine) and engine.constrained:
         return dspy.JSONAdapter()
     if isinstance(engine, ServedEngine) and engine.supports_response_schema:
         return dspy.JSONAdapter()
+    rules = getattr(lm, "tide_rules", None)
+    if rules is not None and not rules.json_fallback:
+        return dspy.ChatAdapter(use_json_adapter_fallback=False)
     return None
 
 

@@ -11,22 +11,34 @@ this engine writes it in the one the server takes (`schema_format`):
 
 Calls are independent HTTP requests, so one engine serves any number of threads (`--workers`). The key, if any,
 is read from TIDE_API_KEY at each call and never stored, saved or logged.
+
+DSPy's response cache is keyed by the LM's model string. `cache_identity` makes that string name the server's
+address and the model it serves (read once from `GET /models`), so two servers never share answers, and a server
+that does not answer fails before any cached answer is replayed.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
+import socket
+import threading
 import time
 import urllib.error
 import urllib.request
 from urllib.parse import urlsplit, urlunsplit
 
+from dspy.clients._http import retry_after_seconds
 from dspy.clients.engines.base import validate_request
-from dspy.lm15 import (ContextLengthError, InvalidRequestError, Message, Response, ServerError, TextPart,
-                       TransportError, Usage, response_to_events)
+from dspy.lm15 import (AuthError, ContextLengthError, InvalidRequestError, Message, RateLimitError, Response,
+                       ServerError, TextPart, TransportError, Usage, response_to_events)
+from dspy.lm15 import TimeoutError as LMTimeoutError
 
 from tide_dspy.backbones.llamacpp import request_messages
+from tide_dspy.util.hashing import short_sha256
+
+logger = logging.getLogger(__name__)
 
 SCHEMA_FORMATS = ("json_schema", "llama.cpp", "off")
 KEY_ENV = "TIDE_API_KEY"
@@ -34,7 +46,7 @@ PROVIDER = "openai-compatible"
 
 
 class ServedEngine:
-    def __init__(self, api_base: str, model: str = "default", *, schema_format: str = "json_schema",
+    def __init__(self, api_base: str, model: str | None = None, *, schema_format: str = "json_schema",
                  max_tokens: int = 1024, temperature: float | None = None, timeout: float = 600.0):
         if schema_format not in SCHEMA_FORMATS:
             raise ValueError(f"schema format {schema_format!r}: choose one of {', '.join(SCHEMA_FORMATS)} "
@@ -42,11 +54,45 @@ class ServedEngine:
         if urlsplit(api_base).scheme not in ("http", "https"):
             raise ValueError(f"api_base {api_base!r}: expected an http(s) URL such as http://127.0.0.1:8000/v1")
         self.api_base = api_base
-        self.model = model
+        self.model = model  # None: the one model the server lists
         self.schema_format = schema_format
         self.max_tokens = int(max_tokens)
         self.temperature = temperature
         self.timeout = float(timeout)
+        self._served: str | None = None
+        self._lock = threading.Lock()
+
+    # ---- which server, serving which model: DSPy's cache key ----
+    def identity_string(self, served: str | None = None) -> str:
+        name = served or self.model or "default"
+        return f"openai-compatible/{name}-{self.schema_format}@{short_sha256(self.api_base, length=10)}"
+
+    def cache_identity(self) -> str:
+        """The LM's model string for DSPy's cache: the model served here and this server's address. The first call
+        reads `GET <api_base>/models`; a server that lists no models (or has no such endpoint) is known by the
+        configured name."""
+        with self._lock:
+            if self._served is None:
+                self._served = self._served_model()
+        return self.identity_string(self._served)
+
+    def _served_model(self) -> str:
+        try:
+            listing = self._request("/models", None)
+        except InvalidRequestError as exc:  # no /models here (404, 405): the configured name stands
+            logger.warning("%s: no model list (%s); known by the configured name %r", self.api_base,
+                           str(exc)[:200], self.model or "default")
+            return self.model or "default"
+        ids = [m.get("id") for m in (listing.get("data") or []) if isinstance(m, dict) and m.get("id")]
+        if self.model is not None:
+            # The name asked for, and what the server says it serves: a server restarted with another model behind
+            # the same name is another identity.
+            return self.model if ids in ([], [self.model]) else f"{self.model}~{'+'.join(sorted(ids))}"
+        if len(ids) > 1:
+            raise InvalidRequestError(f"{self.api_base} serves {len(ids)} models ({', '.join(ids[:5])}): name one "
+                                      "with TIDE_SERVED_MODEL", provider=PROVIDER)
+        self.model = ids[0] if ids else "default"
+        return self.model
 
     # ---- what adapters may ask of this engine (dspy.clients.capabilities) ----
     @property
@@ -82,7 +128,7 @@ class ServedEngine:
 
     def payload(self, request) -> dict:
         cfg = request.config
-        body = {"model": self.model, "messages": request_messages(request),
+        body = {"model": self.model or "default", "messages": request_messages(request),
                 "max_tokens": min(cfg.max_tokens or self.max_tokens, self.max_tokens)}
         temperature = self.temperature if cfg.temperature is None else cfg.temperature
         for key, value in (("temperature", temperature), ("top_p", cfg.top_p), ("seed", cfg.seed)):
@@ -117,27 +163,44 @@ class ServedEngine:
         """Each call opens its own connection; nothing to release."""
 
     def _post(self, path: str, body: dict) -> dict:
+        return self._request(path, body)
+
+    def _request(self, path: str, body: dict | None) -> dict:
+        """POST `body` (GET when None) to `path` under api_base; the answer's JSON, or the lm15 error that says why
+        not (a 429 carries the server's Retry-After)."""
         headers = {"Content-Type": "application/json"}
         key = os.environ.get(KEY_ENV)
         if key:
             headers["Authorization"] = f"Bearer {key}"
         parts = urlsplit(self.api_base)  # a query string (some gateways want one) stays after the path
         url = urlunsplit(parts._replace(path=parts.path.rstrip("/") + path))
-        req = urllib.request.Request(url, data=json.dumps(body).encode(), headers=headers, method="POST")
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(url, data=data, headers=headers, method="POST" if body is not None else "GET")
         t0 = time.perf_counter()
+        shown = urlunsplit(parts._replace(path=parts.path.rstrip("/") + path, query=""))
         try:
             with urllib.request.urlopen(req, timeout=self.timeout) as resp:
                 return json.loads(resp.read())
         except urllib.error.HTTPError as exc:
-            raise self._http_error(exc, url) from None
+            raise self._http_error(exc, shown) from None
+        except socket.timeout:
+            raise LMTimeoutError(f"{shown}: no answer within {self.timeout:g}s", provider=PROVIDER) from None
         except (urllib.error.URLError, OSError) as exc:
-            raise TransportError(f"{url}: no answer after {time.perf_counter() - t0:.1f}s ({exc}); is the server "
+            if isinstance(getattr(exc, "reason", None), socket.timeout):
+                raise LMTimeoutError(f"{shown}: no answer within {self.timeout:g}s", provider=PROVIDER) from None
+            raise TransportError(f"{shown}: no answer after {time.perf_counter() - t0:.1f}s ({exc}); is the server "
                                  "running there? (--api-base / TIDE_API_BASE)") from None
 
     def _http_error(self, exc: urllib.error.HTTPError, url: str) -> Exception:
         detail = exc.read().decode(errors="replace")[:800]
         message = f"{url}: HTTP {exc.code}: {detail}"
-        if exc.code >= 500:
+        if exc.code == 429:
+            return RateLimitError(message, provider=PROVIDER, status=429,
+                                  retry_after=retry_after_seconds(exc.headers.get("Retry-After")))
+        if exc.code in (401, 403):
+            return AuthError(message + f"\nCheck {KEY_ENV}: the server refused it (or needs one)", provider=PROVIDER,
+                             status=exc.code)
+        if exc.code >= 500 and exc.code != 501:  # 501: the server has no such endpoint, which no retry changes
             return ServerError(message, provider=PROVIDER, status=exc.code)
         if "context" in detail.lower() and ("length" in detail.lower() or "window" in detail.lower()):
             return ContextLengthError(message, provider=PROVIDER, status=exc.code)

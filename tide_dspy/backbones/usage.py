@@ -1,6 +1,10 @@
-"""LM usage accounting from `lm.history`: calls, tokens and cost since a bookmark, free of secrets."""
+"""LM usage accounting from `lm.history`: calls, tokens (cached ones too) and cost since a bookmark, free of secrets."""
 
 from __future__ import annotations
+
+# The totals logged as MLflow metrics (per role: backbone_prompt_tokens, ...); lm_usage.json holds the same.
+USAGE_METRICS = ("calls", "prompt_tokens", "completion_tokens", "cached_prompt_tokens", "cache_write_tokens",
+                 "cost_usd")
 
 
 def usage_mark(lm) -> str | None:
@@ -34,21 +38,52 @@ def usage_tokens(entries: list[dict]) -> tuple[int | None, int | None]:
     return ins, outs
 
 
+def cache_tokens(usage: dict) -> tuple[int | None, int | None]:
+    """(prompt tokens read from the provider's cache, tokens written to it) of one call's usage, whichever client
+    reported it (lm15: prompt_tokens_details; LiteLLM also Anthropic's own cache_*_input_tokens); None: not said."""
+    details = usage.get("prompt_tokens_details") or {}
+    read = details.get("cached_tokens", usage.get("cache_read_input_tokens"))
+    write = next((v for v in (details.get("cache_creation_tokens"), details.get("cache_write_tokens"),
+                              usage.get("cache_creation_input_tokens")) if v is not None), None)
+    return (int(read) if read is not None else None), (int(write) if write is not None else None)
+
+
 def lm_usage(lm, mark: str | None = None) -> dict | None:
     """Calls, tokens and cost of the LM since `mark`: the summary written to lm_usage.json and MLflow."""
     if lm is None:
         return None
-    return entries_usage(entries_since(lm, mark), getattr(lm, "model", type(lm).__name__))
+    from tide_dspy.backbones.providers import rules_of
+
+    return entries_usage(entries_since(lm, mark), getattr(lm, "model", type(lm).__name__), rules_of(lm))
 
 
-def entries_usage(entries: list[dict], model: str) -> dict:
-    """Calls, tokens and cost of these history entries (e.g. those of an LM's copies, kept by a module)."""
+def _sum(values) -> int | None:
+    known = [v for v in values if v is not None]
+    return sum(known) if known else None
+
+
+def entries_usage(entries: list[dict], model: str, rules=None) -> dict:
+    """Calls, tokens and cost of these history entries (e.g. those of an LM's copies, kept by a module).
+
+    The cost is the client's; an entry it could not price (a model missing from its price map) is priced from the
+    backbone's own price entry (`rules`: backbones.providers), when there is one."""
     prompt, completion = usage_tokens(entries)
-    costs = [e["cost"] for e in entries if e.get("cost") is not None]
+    cached = [cache_tokens(e.get("usage") or {}) for e in entries]
+    costs = []
+    for entry, (read, write) in zip(entries, cached):
+        cost = entry.get("cost")
+        if cost is None and rules is not None and rules.prices is not None:
+            ins, outs = usage_tokens([entry])
+            if ins is not None or outs is not None:
+                cost = rules.price_of(ins or 0, outs or 0, read or 0, write or 0)
+        if cost is not None:
+            costs.append(cost)
     return {
         "model": model,
         "calls": len(entries),
         "prompt_tokens": prompt,
         "completion_tokens": completion,
+        "cached_prompt_tokens": _sum(r for r, _ in cached),
+        "cache_write_tokens": _sum(w for _, w in cached),
         "cost_usd": round(sum(costs), 6) if costs else None,
     }

@@ -10,6 +10,7 @@ import sys
 
 # Each module registers its own subcommands; the CLI holds no logic of its own.
 COMMAND_MODULES = (
+    "tide_dspy.cli.check_cmd",
     "tide_dspy.cli.data_cmd",
     "tide_dspy.cli.discover_cmd",
     "tide_dspy.cli.optimize_cmd",

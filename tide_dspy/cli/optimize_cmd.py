@@ -112,7 +112,8 @@ def _selection(args: argparse.Namespace) -> workflows.Selection:
 def _common(args: argparse.Namespace) -> dict:
     """The options every step takes: its instances, its LM (made once the inputs check out), where it writes and
     how it is tracked."""
-    return dict(lm=lambda: lm_from_options(LMOptions.from_namespace(args)), backbone=args.backbone, judge=args.judge, programs=args.programs,
+    options = LMOptions.from_namespace(args)
+    return dict(lm=lambda: lm_from_options(options), backbone=args.backbone, judge=options.judge_spec(args.judge), programs=args.programs,
                 tracking=workflows.Tracking(enabled=not args.no_track, uri=args.tracking_uri,
                                             command_line=command_line(args)))
 

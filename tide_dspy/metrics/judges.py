@@ -158,7 +158,10 @@ class ProxyJudge:
 
 def make_judge(spec, **lm_options):
     """"none" (or None) -> no judge, "proxy" -> ProxyJudge, a dspy LM -> LLMJudge on it, any other string ->
-    LLMJudge on `tide_dspy.backbones.get_lm(spec, **lm_options)`. A judge object is returned as is."""
+    LLMJudge on `tide_dspy.backbones.get_lm(spec, **lm_options)`. A judge object is returned as is.
+
+    A `backbones.JudgeSpec` (what the CLI passes) brings its own LM options (retries, timeout, the judge's
+    address) and, for a hosted judge, the one preflight call before any rating."""
     if spec is None or spec == NO_JUDGE_LABEL:
         return None
     if spec == "proxy":
@@ -166,9 +169,14 @@ def make_judge(spec, **lm_options):
     if isinstance(spec, dspy.BaseLM):
         return LLMJudge(spec)
     if isinstance(spec, str):
-        from tide_dspy.backbones import get_lm  # written in parallel; imported only when a model is asked for
+        from tide_dspy.backbones import get_lm  # imported only when a model is asked for
 
-        return LLMJudge(get_lm(spec, **lm_options))
+        lm = get_lm(str(spec), **{**getattr(spec, "lm_options", {}), **lm_options})
+        if getattr(spec, "check", False):
+            from tide_dspy.backbones.preflight import require_ready
+
+            require_ready(lm, "--judge")
+        return LLMJudge(lm)
     if callable(spec) and hasattr(spec, "label"):
         return spec
     raise TypeError(f"judge spec must be 'none', 'proxy', a backbone name or a dspy LM, not {type(spec).__name__}")
