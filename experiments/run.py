@@ -191,9 +191,9 @@ def table1(args, instances, out, lm, judge, stem: str = "table1") -> dict:
 
 
 def floor_ratios(records: list[dict]) -> list[str]:
-    """Each method's retrieval F1 over the higher of the two chance floors, measured in the same run."""
+    """Each method's retrieval F1 over the highest of the three chance floors, measured in the same run."""
     floor_name, floor = plots.higher_floor(records)
-    lines = [f"Higher chance floor: {floor_name}, retrieval F1 {floor:.2f}."]
+    lines = [f"Highest chance floor: {floor_name}, retrieval F1 {floor:.2f}."]
     for r in records:
         if r["method"] not in FLOORS and r["retrieval_f1"] is not None:
             ratio = f"{r['retrieval_f1'] / floor:.2f}x" if floor else "n/a (floor is 0)"

@@ -74,8 +74,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     src = e.add_mutually_exclusive_group(required=True)
     src.add_argument("--program", default=None, help="a saved program: JSON path or models:/<name>/<version>")
     src.add_argument("--method", default=None,
-                     choices=("tide", "single", "multi", "iter", "iter-demos", "random", "first-listed"),
-                     help="random / first-listed: the chance floors (no LM call)")
+                     choices=("tide", "single", "multi", "iter", "iter-demos", "random", "first-listed",
+                              "lexical-join"),
+                     help="random / first-listed / lexical-join: the chance floors (no LM call; lexical-join "
+                          "links artifacts that share rare tokens)")
     e.add_argument("--demos", type=positive_int, default=3, help="solved train examples for iter-demos")
     add_workers_option(e, "instances")
     e.add_argument("--out", default=None, help="results folder (default: runs/<setting>/<backbone>/<method>-<split>)")
