@@ -18,7 +18,7 @@ from rapidfuzz import fuzz
 from tide_dspy.backbones.usage import entries_since, usage_mark, usage_tokens
 from tide_dspy.lexical import linked_groups
 from tide_dspy.retry import call_with_retries, describe_error
-from tide_dspy.scan import Ranking, Scanner, ScanRecord, rank, recall_at
+from tide_dspy.scan import Ranking, Scanner, ScanRecord, scan_and_rank
 from tide_dspy.schemas import Finding, Instance, RoundRecord, Template
 from tide_dspy.domains import NO_GUIDANCE, ContextView, Setting, get_setting, render_templates
 
@@ -183,10 +183,9 @@ class DiscoveryProgram(dspy.Module):
         before any round runs."""
         if self.scanner is None:
             return None, None
-        record = self.scanner(instance, self.view(instance), render_templates(self.scan_templates or self.templates))
-        ranking = rank(record.suspects, f"{self.context_order_seed}:{instance.instance_id}")
-        record.ranked, record.focus_size = list(ranking.ids), self.focus_size
-        record.recall_at_focus = recall_at(record.ranked, instance, self.focus_size)
+        ranking, record = scan_and_rank(self.scanner, instance, self.view(instance),
+                                        render_templates(self.scan_templates or self.templates),
+                                        self.context_order_seed, self.focus_size)
         if on_scan:
             on_scan(record)
         return ranking, record

@@ -242,7 +242,9 @@ def compile_program(
     """Optimize `program` (instruction-only unless `demos` > 0) and return the compiled copy.
 
     trainset/valset: Instances (or dspy.Examples) of the train split's two parts. `metric`: a spec such as
-    "retrieval-f1" / "mean-f1" scored with `judge`, or a DSPy metric. `options`: parse_options() overrides."""
+    "retrieval-f1" / "mean-f1" scored with `judge`, or a DSPy metric. `options`: parse_options() overrides.
+    With metric "scan-recall" only the scan is optimized and run (`ScanOnly`); the rounds are kept as they are."""
+    from tide_dspy.scan import ScanOnly
     from tide_dspy.tracking import dspy_autolog
 
     config = load_optimizer_config(optimizer)
@@ -260,14 +262,15 @@ def compile_program(
         "val": val,
     }
     init, comp = optimizer_arguments(config, demos=demos, options=options, n_train=len(train))
+    target = ScanOnly(program) if metric == SCAN_RECALL else program
     source = config["path"]
     log.info("compiling with %s (%s): init %s, compile %s", config["name"], config["optimizer"],
              {k: v for k, v in init.items() if not str(v).startswith("$")}, list(comp))
     # Inside the context: some optimizers read dspy.settings.lm when they are built.
     with lm_context(lm), dspy_autolog(autolog):
         teleprompter = optimizer_class(config["optimizer"], source)(**_resolve(init, bindings, source))
-        compiled = teleprompter.compile(program, **_resolve(comp, bindings, source))
-    return compiled
+        compiled = teleprompter.compile(target, **_resolve(comp, bindings, source))
+    return compiled.with_scanner_of(program) if isinstance(target, ScanOnly) else compiled
 
 
 # ---- tune ----
