@@ -170,3 +170,26 @@ def test_cli_compile_stops_at_max_calls_saves_the_best_so_far_and_resumes(tmp_pa
     provenance = json.loads(Path("programs/workspace/dummy/provenance.json").read_text())["tide.json"]
     assert provenance["search"]["stopped"] is None and provenance["val_after"] > provenance["val_before"]
     assert provenance["search"]["candidates"][0]["instructions"]
+
+
+def test_cli_scan_recall_compile_validates_the_scan_alone(tmp_path, monkeypatch, capsys, ledgers):
+    from tide_dspy.cli.main import main
+
+    record = json.loads((FIXTURE_DATA / "repository" / "instances.jsonl").read_text().splitlines()[1])
+    assert record["split"] == "train"
+    data = tmp_path / "ledgers.jsonl"
+    data.write_text("".join(json.dumps({**record, "instance_id": f"ledger-{n}"}) + "\n" for n in range(3)))
+    library = tmp_path / "templates.json"
+    library.write_text(json.dumps({"setting": "repository", "templates": [t.model_dump() for t in TEMPLATES]}))
+    monkeypatch.chdir(tmp_path)
+    lm = ScanLM(ledgers)
+    dspy.configure(lm=lm)
+    assert main(["compile", "--setting", "repository", "--backbone", "dummy", "--data", str(data), "--no-track",
+                 "--templates", str(library), "--scan", "2", "--metric", "scan-recall",
+                 "--opt", "init.breadth=2", "--opt", "init.depth=1"]) == 0
+    assert lm.rounds == 0  # neither the search nor the validation ran a round
+    printed = capsys.readouterr().out
+    assert "scan-recall: " in printed and "-> 1.0000" in printed
+    program = load_program("programs/repository/dummy/tide.json")
+    assert program.scanner.rate.signature.instructions == GOOD and program.focus_size == 2
+    assert program.discover.signature.instructions == scanning_program().discover.signature.instructions

@@ -236,11 +236,13 @@ def compile_and_save(selection: Selection, *, lm: LMSource, backbone: str, metho
     """Optimize `method`'s program on the train part of `selection`, scored on its held-out validation part before
     and after; save it as programs/<setting>/<backbone>/<method>.json (tide.json for tide) and register it.
 
-    Every evaluation of the search goes to programs/<setting>/<backbone>/compile/trials.jsonl, so a rerun of an
+    With metric scan-recall the validation runs the scan alone (its rounds add nothing the metric sees), so its
+    tables hold the scan recall and no findings. Every evaluation of the search goes to programs/<setting>/<backbone>/compile/trials.jsonl, so a rerun of an
     interrupted compile replays what was scored (`fresh` starts over). `budget` bounds the search's LM calls (and
     cost); when it stops the search, the best candidate scored so far is saved, the validation after is skipped,
     and a rerun with a larger budget goes on from the log."""
-    from tide_dspy.optimize import aggregate_value, compile_program, parse_options, split_train
+    from tide_dspy.optimize import SCAN_RECALL, aggregate_value, compile_program, parse_options, split_train
+    from tide_dspy.scan import ScanOnly
     from tide_dspy.trials import TrialLog
 
     setting = selection.setting
@@ -267,9 +269,12 @@ def compile_and_save(selection: Selection, *, lm: LMSource, backbone: str, metho
         return opened[-1]
 
     lms = {"backbone": lm, "judge": getattr(judge_model, "lm", None)}
+    # A scan-recall compile tunes and validates the scan alone: the rounds add nothing its metric can see.
+    validated = ScanOnly if metric == SCAN_RECALL else (lambda p: p)
     with _track("compile", selection, backbone, tracking, params, lms) as run:
-        scored = {"judge": judge_model, "lm": lm, "resume": False, "workers": workers, "progress": progress}
-        before = evaluate(program, val, out_path=folder / "compile" / "val_before.jsonl", **scored)
+        scored = {"judge": judge_model, "lm": lm, "resume": False, "workers": workers, "progress": progress,
+                  "method": method}
+        before = evaluate(validated(program), val, out_path=folder / "compile" / "val_before.jsonl", **scored)
         t1 = run.seconds()
         compiled = compile_program(program, train, val, optimizer, metric, judge=judge_model, demos=demos,
                                    options=overrides, lm=lm, threads=workers, autolog=run.enabled and autolog,
@@ -279,7 +284,7 @@ def compile_and_save(selection: Selection, *, lm: LMSource, backbone: str, metho
         scored_any = search["best"] is not None
         after = None
         if search["stopped"] is None:
-            after = evaluate(compiled, val, out_path=folder / "compile" / "val_after.jsonl", **scored)
+            after = evaluate(validated(compiled), val, out_path=folder / "compile" / "val_after.jsonl", **scored)
         seconds = {"before": t1, "compile": round(t2 - t1, 1), "after": round(run.seconds() - t2, 1)}
         metric_before = aggregate_value(before, metric)
         metric_after = aggregate_value(after, metric) if after is not None else None

@@ -143,6 +143,7 @@ def run_distill(args: argparse.Namespace) -> int:
 
 
 def run_compile(args: argparse.Namespace) -> int:
+    from tide_dspy.optimize import SCAN_RECALL
     from tide_dspy.trials import Budget
 
     r = workflows.compile_and_save(
@@ -151,7 +152,9 @@ def run_compile(args: argparse.Namespace) -> int:
         workers=args.workers, register=not args.no_register, autolog=args.autolog,
         budget=Budget(max_calls=args.max_calls, max_cost=args.max_cost), fresh=args.fresh, **_common(args))
     s = r.search
-    print(f"validation ({r.n_val} held-out train instances), before:\n{format_table(r.before)}\n")
+    scan_only = args.metric == SCAN_RECALL  # the validation ran the scan alone: its tables would show no findings
+    if not scan_only:
+        print(f"validation ({r.n_val} held-out train instances), before:\n{format_table(r.before)}\n")
     print(f"search: {s['trials']} trials, {s['evaluations']} evaluations ({s['replayed']} replayed from the trial "
           f"log), {s['lm_calls']} LM calls; best train score {s['best_score']}")
     if r.stopped:
@@ -160,10 +163,11 @@ def run_compile(args: argparse.Namespace) -> int:
         if r.path is None:
             print("no candidate was scored before the bound, so nothing was saved", file=sys.stderr)
             return 1
-    else:
+    elif not scan_only:
         print(f"after {r.optimizer}:\n{format_table(r.after)}\n")
     after = "not measured" if r.metric_after is None else f"{r.metric_after:.4f}"
-    print(f"{r.metric}: {r.metric_before:.4f} -> {after}; times {r.seconds}")
+    print(f"validation ({r.n_val} held-out train instances) {r.metric}: {r.metric_before:.4f} -> {after}; "
+          f"times {r.seconds}")
     print(f"program -> {r.path}" + (f"; registered {r.registered}" if r.registered else ""))
     return 0
 
