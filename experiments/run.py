@@ -26,7 +26,7 @@ from tide_dspy.cli.common import add_lm_options
 from tide_dspy.data import load_instances
 from tide_dspy.evaluation import data_path, evaluate, read_rows, select_instances
 from tide_dspy.metrics import InstanceScore, aggregate, make_judge
-from tide_dspy.programs import build_program, program_dir
+from tide_dspy.programs import build_program, load_program, program_dir
 from tide_dspy.schemas import SETTING_NAMES
 from tide_dspy.domains import get_setting
 from tide_dspy.templates import TemplateLibrary, solved_demos
@@ -68,9 +68,33 @@ def raw_name(method: str, rounds: int, args) -> str:
     return method if rounds == default else f"{method}-T{rounds}"
 
 
+COMPILED = "tide-compiled"  # the method name of a compiled program (--compiled), beside the uncompiled tide
+
+
+def compiled_program(args, templates: TemplateLibrary | None, T: int, k: int):
+    """The --compiled program, shaped as the uncompiled TIDE of this run: the same T, k, artifact order, evidence
+    bound and (with --scan) focus, so only what compile changed (the instructions) differs between the two rows."""
+    program = load_program(args.compiled)
+    if program.setting_name != args.setting:
+        raise SystemExit(f"--compiled {args.compiled} is a {program.setting_name} program, not {args.setting}")
+    if templates is not None and [t.id for t in program.templates] != [t.id for t in templates.templates]:
+        raise SystemExit(f"--compiled {args.compiled} holds templates {[t.id for t in program.templates]}, the run's "
+                         f"library {[t.id for t in templates.templates]}: pass the library it was compiled with as "
+                         "--templates")
+    program.max_rounds, program.per_round = T, k
+    program.context_order_seed = args.shuffle_context
+    if args.max_evidence:
+        program.max_evidence = args.max_evidence
+    if args.scan:
+        program.use_scan(args.focus_size)
+    return program
+
+
 def make_program(method: str, args, templates: TemplateLibrary | None = None, rounds: int | None = None):
     shape = get_setting(args.setting)
     T, k = rounds or args.rounds or shape.rounds, args.per_round or shape.per_round
+    if method == COMPILED:
+        return compiled_program(args, templates, T, k)
     shown = dict(context_order_seed=args.shuffle_context, max_evidence=args.max_evidence)
     if args.scan and method not in FLOORS:
         # Every LM method gets the same scan (TIDE's library as the scan's guidance, so the scan calls are the
@@ -176,7 +200,8 @@ def table1(args, instances, out, lm, judge, stem: str = "table1") -> dict:
     write_csv(out / f"{stem}_hygiene.csv", [
         {"method": m, **analysis.output_hygiene(raw[m]),
          "cited_position": analysis.cited_position(raw[m], by_id, args.shuffle_context),
-         "scan_recall_at_focus": analysis.scan_recall(raw[m])} for m in methods])
+         "scan_recall_at_focus": (floor_recall(raw[m], by_id, args.focus_size) if m in FLOORS and args.scan
+                                  else analysis.scan_recall(raw[m]))} for m in methods])
 
     lines = [f"| method | {' | '.join(f'{c} cov / F1' for c in analysis.COMPONENTS)} |", "|---|---|---|---|"]
     for rec in records:
@@ -188,6 +213,20 @@ def table1(args, instances, out, lm, judge, stem: str = "table1") -> dict:
                  title=f"{args.setting} / {args.backbone} / judge: {getattr(judge, 'label', 'none')}")
     print("\n".join(lines))
     return {f"{r['method']}.{c}_f1": r[f"{c}_f1"] for r in records for c in analysis.COMPONENTS if r[f"{c}_f1"] is not None}
+
+
+def floor_recall(rows: list[dict], by_id: dict, focus: int) -> float | None:
+    """A floor's answer to a scan's recall@focus: the share of gold evidence among the first `focus` distinct
+    artifacts it cites (its findings in order), so a scan's shortlist is read against the floors' own."""
+    from tide_dspy.scan import recall_at
+
+    values = []
+    for row in rows:
+        cited = list(dict.fromkeys(e for f in row["findings"] for e in f["evidence"]))
+        value = recall_at(cited, by_id[row["instance_id"]], focus)
+        if value is not None:
+            values.append(value)
+    return round(sum(values) / len(values), 3) if values else None
 
 
 def floor_ratios(records: list[dict]) -> list[str]:
@@ -336,8 +375,12 @@ def main(argv=None) -> int:
     parser.add_argument("--runs", type=int, default=1, help="repeats (distinct rollout ids); spread is reported")
     parser.add_argument("--rounds", type=int, default=None, help="T (default: the paper's, 10 workspace / 3 repository)")
     parser.add_argument("--per-round", type=int, default=None, help="k (default: the paper's, 1 workspace / 3 repository)")
-    parser.add_argument("--methods", nargs="*", default=None, choices=["single", "multi", "tide", "iter", "iter-demos"],
-                        help="LM methods of table1 (default: single multi iter tide); the chance floors always run")
+    parser.add_argument("--methods", nargs="*", default=None,
+                        choices=["single", "multi", "tide", "iter", "iter-demos", COMPILED],
+                        help="LM methods of table1 (default: single multi iter tide); the chance floors always run. "
+                             f"{COMPILED}: the --compiled program, shaped as this run's tide")
+    parser.add_argument("--compiled", default=None, metavar="PROGRAM",
+                        help=f"a compiled TIDE program (tide compile's tide.json) for method {COMPILED}")
     parser.add_argument("--shuffle-context", type=int, default=None, metavar="SEED",
                         help="show artifacts in a seeded shuffled order (results go to a -shuffled<SEED> folder)")
     parser.add_argument("--max-evidence", type=int, default=None, help="the most artifacts a finding may cite")
@@ -353,6 +396,8 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default=None, help="default: experiments/results/<setting>-<backbone>")
     add_lm_options(parser)
     args = parser.parse_args(argv)
+    if (COMPILED in (args.methods or [])) != bool(args.compiled):
+        parser.error(f"--compiled PROGRAM and --methods ... {COMPILED} go together")
     args.backbones = args.backbones or [args.backbone]
     args.template_sources = args.template_sources or args.backbones
 
@@ -378,7 +423,7 @@ def main(argv=None) -> int:
             with lm_context(lm):
                 metrics = EXPERIMENTS[name](args, instances, out, lm, judge)
             write_meta(out / f"meta-{name}.json", lm, judge, started, {
-                "experiment": name, "instances": [i.instance_id for i in instances],
+                "experiment": name, "split": args.split, "instances": [i.instance_id for i in instances],
                 "raw_lm_seconds": raw_seconds(out, instances)})
             mlflow.log_metrics({k: float(v) for k, v in metrics.items()})
             for f in sorted(out.glob("*.*")):
