@@ -119,12 +119,22 @@ def make_program(method: str, args, templates: TemplateLibrary | None = None, ro
 def run_raw(args, plan: dict[str, object], instances: list, out: Path, lm, judge) -> dict[str, list[dict]]:
     """Run every (name -> program) of `plan` on every instance, instance-major, `args.runs` times."""
     rows: dict[str, list[dict]] = {}
+    if args.floors_only:  # the floors are rerun from scratch: their rows may come from an older version of them
+        for name in plan:
+            if name in FLOORS and (out / "raw" / name).is_dir():
+                for stale in (out / "raw" / name).iterdir():
+                    stale.unlink()
     for r in range(args.runs):
         # Repeats are distinct samples only at temperature > 0 (main() raises it for --runs > 1).
         run_lm = lm if r == 0 else lm.copy(rollout_id=r, seed=r)
         for inst in instances:
             for name, program in plan.items():
                 path = out / "raw" / name / f"run{r}.jsonl"
+                if args.floors_only and name not in FLOORS:
+                    if inst.instance_id not in (read_rows(path) if path.exists() else {}):
+                        raise SystemExit(f"--floors-only: {path} has no row for {inst.instance_id}; run the "
+                                         "LM methods first (without --floors-only)")
+                    continue
                 evaluate(program, [inst], judge=judge, out_path=path, resume=True, progress=False, lm=run_lm,
                          method=name)
                 row = read_rows(path)[inst.instance_id]
@@ -167,7 +177,16 @@ def raw_seconds(out: Path, instances: list) -> dict[str, float]:
     return totals
 
 
-def write_meta(path: Path, lm, judge, started: float, extra: dict | None = None) -> None:
+def write_meta(path: Path, lm, judge, started: float, extra: dict | None = None, floors_only: bool = False) -> None:
+    if floors_only and path.exists():
+        # The LM rows (and their backbone, judge and cost) come from the run that made them: keep its record and
+        # add how the floors were recomputed.
+        meta = json.loads(path.read_text())
+        meta["floors_recomputed"] = {"command": " ".join(sys.argv),
+                                     "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                                     "floors": list(FLOORS)}
+        path.write_text(json.dumps(meta, indent=2) + "\n")
+        return
     meta = {
         "command": " ".join(sys.argv),
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -211,8 +230,33 @@ def table1(args, instances, out, lm, judge, stem: str = "table1") -> dict:
     (out / f"{stem}.md").write_text("\n".join(lines) + f"\n\njudge: {getattr(judge, 'label', 'none')}\n")
     plots.table1(records, out / f"{stem}.png",
                  title=f"{args.setting} / {args.backbone} / judge: {getattr(judge, 'label', 'none')}")
+    if COMPILED in methods:
+        record_heldout(args, out, records, [i.instance_id for i in instances], judge)
     print("\n".join(lines))
     return {f"{r['method']}.{c}_f1": r[f"{c}_f1"] for r in records for c in analysis.COMPONENTS if r[f"{c}_f1"] is not None}
+
+
+def record_heldout(args, out: Path, records: list[dict], instance_ids: list[str], judge) -> None:
+    """Add this run's numbers to the compiled program's provenance.json (under "heldout", keyed by the run folder):
+    the program's record then names where, on what and against which floors it was measured."""
+    from tide_dspy.util.jsonio import read_json_file, write_json
+
+    program = Path(args.compiled)
+    path = program.parent / "provenance.json"
+    data = read_json_file(path, "") if path.exists() else {}
+    entry = data.setdefault(program.name, {})
+    hygiene = {r["method"]: r for r in csv.DictReader((out / "table1_hygiene.csv").open())}
+    floor_name, floor = plots.higher_floor(records)
+    entry.setdefault("heldout", {})[out.name] = {
+        "command": " ".join(["python", *sys.argv]), "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "split": args.split, "instances": instance_ids, "judge": getattr(judge, "label", "none"),
+        "shuffle_context": args.shuffle_context, "highest_floor": floor_name,
+        "methods": {r["method"]: {"retrieval_f1": r["retrieval_f1"], "retrieval_coverage": r["retrieval_coverage"],
+                                  "scan_recall_at_focus": float(hygiene[r["method"]]["scan_recall_at_focus"])
+                                  if hygiene[r["method"]].get("scan_recall_at_focus") else None,
+                                  "x_highest_floor": round(r["retrieval_f1"] / floor, 2) if floor else None}
+                    for r in records}}
+    write_json(path, data, ensure_ascii=True)
 
 
 def floor_recall(rows: list[dict], by_id: dict, focus: int) -> float | None:
@@ -394,6 +438,9 @@ def main(argv=None) -> int:
     parser.add_argument("--backbones", nargs="*", default=None, help="transfer/citations: inference backbones")
     parser.add_argument("--template-sources", nargs="*", default=None, help="transfer: template source backbones")
     parser.add_argument("--out", default=None, help="default: experiments/results/<setting>-<backbone>")
+    parser.add_argument("--floors-only", action="store_true",
+                        help="run only the chance floors (no LM call) and rebuild the tables from the LM methods' "
+                             "raw rows already in --out; meta-<experiment>.json keeps the command that made them")
     add_lm_options(parser)
     args = parser.parse_args(argv)
     if (COMPILED in (args.methods or [])) != bool(args.compiled):
@@ -407,6 +454,12 @@ def main(argv=None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     instances = chosen_instances(args)
     print(f"{len(instances)} instances: {', '.join(i.instance_id for i in instances)}", flush=True)
+    if args.floors_only:
+        for meta_path in out.glob("meta-*.json"):
+            made = json.loads(meta_path.read_text()).get("instances")
+            if made is not None and made != [i.instance_id for i in instances]:
+                raise SystemExit(f"--floors-only: {meta_path} was made on {made}, these options select other "
+                                 "instances; pass the options of the command it records")
     lm = lm_from_options(LMOptions.from_namespace(args))
     if args.runs > 1 and not lm.kwargs.get("temperature"):
         print("--runs > 1 at temperature 0 would repeat one sample: using temperature 0.7 for every run")
@@ -424,7 +477,7 @@ def main(argv=None) -> int:
                 metrics = EXPERIMENTS[name](args, instances, out, lm, judge)
             write_meta(out / f"meta-{name}.json", lm, judge, started, {
                 "experiment": name, "split": args.split, "instances": [i.instance_id for i in instances],
-                "raw_lm_seconds": raw_seconds(out, instances)})
+                "raw_lm_seconds": raw_seconds(out, instances)}, floors_only=args.floors_only)
             mlflow.log_metrics({k: float(v) for k, v in metrics.items()})
             for f in sorted(out.glob("*.*")):
                 mlflow.log_artifact(str(f))

@@ -49,6 +49,11 @@ def test_table1_runs_the_compiled_program_beside_tide_and_the_three_floors(tmp_p
     assert (config["max_rounds"], config["per_round"]) == (2, 1)  # shaped as this run's tide, not as saved
     assert "Highest chance floor:" in (out / "table1.md").read_text()
     assert json.loads((out / "meta-table1.json").read_text())["split"] == "test"
+    heldout = json.loads((tmp_path / "provenance.json").read_text())["tide.json"]["heldout"][out.name]
+    assert heldout["split"] == "test" and heldout["instances"] == ["tiny__repo__multi-01"]
+    assert heldout["methods"]["tide-compiled"]["retrieval_f1"] == float(rows["tide-compiled"]["retrieval_f1"])
+    assert set(heldout["methods"]) == set(rows) and heldout["highest_floor"] in ("random", "first-listed",
+                                                                                 "lexical-join")
 
 
 def test_compiled_needs_its_method_and_its_library(tmp_path, setup):
