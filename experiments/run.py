@@ -121,6 +121,14 @@ def run_raw(args, plan: dict[str, object], instances: list, out: Path, lm, judge
     rows: dict[str, list[dict]] = {}
     if args.floors_only:  # the floors are rerun from scratch: their rows may come from an older version of them
         for name in plan:
+            for r in range(args.runs):
+                path = out / "raw" / name / f"run{r}.jsonl"
+                held = read_rows(path) if name not in FLOORS and path.exists() else {}
+                missing = [i.instance_id for i in instances if name not in FLOORS and i.instance_id not in held]
+                if missing:
+                    raise SystemExit(f"--floors-only: {path} has no row for {', '.join(missing)}; run the LM "
+                                     "methods first (without --floors-only)")
+        for name in plan:
             if name in FLOORS and (out / "raw" / name).is_dir():
                 for stale in (out / "raw" / name).iterdir():
                     stale.unlink()
@@ -131,10 +139,7 @@ def run_raw(args, plan: dict[str, object], instances: list, out: Path, lm, judge
             for name, program in plan.items():
                 path = out / "raw" / name / f"run{r}.jsonl"
                 if args.floors_only and name not in FLOORS:
-                    if inst.instance_id not in (read_rows(path) if path.exists() else {}):
-                        raise SystemExit(f"--floors-only: {path} has no row for {inst.instance_id}; run the "
-                                         "LM methods first (without --floors-only)")
-                    continue
+                    continue  # its rows were checked above
                 evaluate(program, [inst], judge=judge, out_path=path, resume=True, progress=False, lm=run_lm,
                          method=name)
                 row = read_rows(path)[inst.instance_id]
