@@ -199,6 +199,7 @@ def compare(variants: dict[str, list[dict]], path: Path, title: str, goal: float
     axes[0][0].set_title(title + (f"\ndashed: {goal}x the highest chance floor" if goal else ""))
     if recall:
         axes[0][1].set_title("share of gold evidence in the first focus artifacts\n(floors: the first they cite)")
-    axes[0][-1].legend(fontsize=8, title="hatched: chance floors", title_fontsize=8, loc="upper left",
-                       bbox_to_anchor=(1, 1))
+    handles, labels = axes[0][0].get_legend_handles_labels()  # every method has a bar there
+    axes[0][-1].legend(handles, labels, fontsize=8, title="hatched: chance floors", title_fontsize=8,
+                       loc="upper left", bbox_to_anchor=(1, 1))
     _save(fig, path)
