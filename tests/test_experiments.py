@@ -63,6 +63,6 @@ def test_experiments_write_tables_plots_and_meta(run_module, tmp_path, repositor
         assert (out / name).stat().st_size > 0
     meta = json.loads((out / "meta-table1.json").read_text())
     assert meta["judge"] == "proxy-lexical" and meta["instances"] == [repository_instance.instance_id]
-    assert set(meta["raw_lm_seconds"]) == {"random/run0", "first-listed/run0", "single/run0", "multi/run0",
-                                           "iter/run0", "tide/run0"}
-    assert {"random", "first-listed", "tide", "multi"} == {r["method"] for r in budget}
+    assert set(meta["raw_lm_seconds"]) == {"random/run0", "first-listed/run0", "lexical-join/run0", "single/run0",
+                                           "multi/run0", "iter/run0", "tide/run0"}
+    assert {"random", "first-listed", "lexical-join", "tide", "multi"} == {r["method"] for r in budget}
