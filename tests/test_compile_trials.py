@@ -193,3 +193,17 @@ def test_cli_scan_recall_compile_validates_the_scan_alone(tmp_path, monkeypatch,
     program = load_program("programs/repository/dummy/tide.json")
     assert program.scanner.rate.signature.instructions == GOOD and program.focus_size == 2
     assert program.discover.signature.instructions == scanning_program().discover.signature.instructions
+
+
+def test_gepa_tunes_the_scan_from_feedback_that_names_where_gold_ranked(ledgers):
+    from tide_dspy.metrics import scan_feedback_metric
+
+    program = scanning_program()
+    with dspy.context(lm=ScanLM(ledgers, instruction="an instruction nobody proposes")):
+        pred = program(ledgers[0])
+    feedback = scan_feedback_metric(dspy.Example(case=ledgers[0]).with_inputs("case"), pred).feedback
+    assert feedback.startswith("Scan recall@2 ") and "ledger/money.py::to_cents ranked" in feedback
+    train, val = split_train(ledgers)
+    compiled = compile_program(program, train, val, "gepa", "scan-recall", lm=ScanLM(ledgers),
+                               options=parse_options(["init.max_metric_calls=6"]))
+    assert compiled.scanner.rate.signature.instructions == GOOD

@@ -83,10 +83,7 @@ def make_metric(spec, judge=None, feedback: bool = False):
     if callable(spec):
         return spec
     if spec == SCAN_RECALL:
-        if feedback:
-            raise ValueError("metric 'scan-recall' has no feedback form for GEPA; use it with copro, miprov2 or "
-                             "simba, or optimize a findings metric such as retrieval-f1")
-        return metrics.scan_recall_metric
+        return metrics.scan_feedback_metric if feedback else metrics.scan_recall_metric
     component, kind = parse_metric(spec)
     factory = metrics.tide_feedback_metric if feedback else metrics.tide_metric
     return factory(component=component, kind=kind, judge=judge)
