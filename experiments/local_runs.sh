@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The real runs committed under programs/ and experiments/results/, in the order they were made, on the embedded
 # 0.5B backbone (2 CPU threads). Every step resumes: rerun the script after a crash and finished work is kept.
-#   bash experiments/local_runs.sh [STEP ...]      # steps: distill-ws distill-repo table1-ws table1-repo compile discover tune-evaluate budget-repo grounded scan transfer shortlist-ws shortlist-repo floors compile-local-repo heldout-repo compile-local-ws heldout-ws compile-miprov2-repo compare-compile
+#   bash experiments/local_runs.sh [STEP ...]      # steps: distill-ws distill-repo table1-ws table1-repo compile discover tune-evaluate budget-repo grounded scan transfer shortlist-ws shortlist-repo floors compile-local-repo heldout-repo compile-local-ws heldout-ws compile-miprov2-repo compile-gepa-repo compare-compile
 # The compile-* and heldout-* steps run the 1.5B (`local`, the default backbone) whatever TIDE_BACKBONE says.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -126,6 +126,11 @@ print(shlex.join(kept + ["--out", sys.argv[2], "--floors-only"]))' "$meta" "$dir
         --opt compile.program_aware_proposer=false --opt compile.tip_aware_proposer=false \
         --templates programs/repository/local/templates.json --programs experiments/results/compile-miprov2 \
         --judge proxy --no-register ;;
+    compile-gepa-repo)  # GEPA, its reflection on the same 1.5B, bounded; its program is kept apart
+      step compile-repository-local-gepa tide compile --setting repository --backbone local --threads 2 \
+        --split train --max-context-tokens 5000 --scan 8 --metric scan-recall --optimizer gepa \
+        --opt init.max_metric_calls=6 --max-calls 150 --templates programs/repository/local/templates.json \
+        --programs experiments/results/compile-gepa/programs --judge proxy --no-register ;;
     compare-compile)
       step compare-compile python experiments/compare.py --out experiments/results/compile-summary/repository \
         --goal 0 --title "repository, 1.5B: uncompiled and compiled against the floors" \
@@ -139,5 +144,5 @@ print(shlex.join(kept + ["--out", sys.argv[2], "--floors-only"]))' "$meta" "$dir
 }
 
 steps=("$@")
-[[ ${#steps[@]} -gt 0 ]] || steps=(distill-ws distill-repo table1-ws table1-repo compile discover tune-evaluate budget-repo grounded scan transfer shortlist-ws shortlist-repo floors compile-local-repo heldout-repo compile-local-ws heldout-ws compile-miprov2-repo compare-compile)
+[[ ${#steps[@]} -gt 0 ]] || steps=(distill-ws distill-repo table1-ws table1-repo compile discover tune-evaluate budget-repo grounded scan transfer shortlist-ws shortlist-repo floors compile-local-repo heldout-repo compile-local-ws heldout-ws compile-miprov2-repo compile-gepa-repo compare-compile)
 for s in "${steps[@]}"; do run "$s"; done
