@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The real runs committed under programs/ and experiments/results/, in the order they were made, on the embedded
 # 0.5B backbone (2 CPU threads). Every step resumes: rerun the script after a crash and finished work is kept.
-#   bash experiments/local_runs.sh [STEP ...]      # steps: distill-ws distill-repo table1-ws table1-repo compile discover tune-evaluate budget-repo grounded scan transfer shortlist-ws shortlist-repo
+#   bash experiments/local_runs.sh [STEP ...]      # steps: distill-ws distill-repo table1-ws table1-repo compile discover tune-evaluate budget-repo grounded scan transfer shortlist-ws shortlist-repo floors compile-local-repo heldout-repo compile-local-ws heldout-ws compile-miprov2-repo compile-gepa-repo compare-compile
+# The compile-* and heldout-* steps run the 1.5B (`local`, the default backbone) whatever TIDE_BACKBONE says.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 B="${TIDE_BACKBONE:-local-small}"
@@ -88,10 +89,60 @@ run() {
       step transfer-workspace python experiments/transfer.py --setting workspace --backbone "$B" --judge proxy --rounds 5 \
         --limit 2 --library old=experiments/results/workspace-local-small/templates-used.json \
         --library new=programs/workspace/local-small/templates.json ;;
+    floors)  # the three chance floors of every table1 folder, rerun without a model beside the LM rows kept
+      for meta in experiments/results/*/meta-table1.json; do
+        local dir; dir=$(dirname "$meta")
+        local again; again=$(python3 -c 'import json, shlex, sys
+words = shlex.split(json.load(open(sys.argv[1]))["command"])[1:]
+kept = [w for i, w in enumerate(words) if w != "--out" and (i == 0 or words[i - 1] != "--out")]
+print(shlex.join(kept + ["--out", sys.argv[2], "--floors-only"]))' "$meta" "$dir")
+        eval step "floors-$(basename "$dir")" python experiments/run.py "$again"
+      done ;;
+    compile-local-repo)  # the scan instruction against scan recall@8 on the train split's small instances
+      step compile-repository-local-copro tide compile --setting repository --backbone local --threads 2 \
+        --split train --max-context-tokens 5000 --scan 8 --metric scan-recall --optimizer copro \
+        --opt init.breadth=2 --opt init.depth=1 --judge proxy ;;
+    heldout-repo|heldout-ws)  # uncompiled and compiled side by side on the test split; TIDE_SHUFFLE=SEED shuffles
+      local tag=${TIDE_SHUFFLE:+-shuffled$TIDE_SHUFFLE} order=(${TIDE_SHUFFLE:+--shuffle-context "$TIDE_SHUFFLE"})
+      if [[ $1 == heldout-repo ]]; then
+        step "heldout-repository-local$tag" python experiments/run.py table1 --setting repository --backbone local \
+          --threads 2 --judge proxy --templates programs/repository/local/templates.json "${REPO_SUBSET[@]}" \
+          --limit 3 --methods tide tide-compiled --compiled programs/repository/local/tide.json --scan "${order[@]}" \
+          --out "experiments/results/compile-repository-local$tag"
+      else
+        step "heldout-workspace-local$tag" python experiments/run.py table1 --setting workspace --backbone local \
+          --threads 2 --judge proxy --templates programs/workspace/local/templates.json --rounds 1 --limit 2 \
+          --methods tide tide-compiled --compiled programs/workspace/local/tide.json "${order[@]}" \
+          --out "experiments/results/compile-workspace-local$tag"
+      fi ;;
+    compile-local-ws)  # the round instruction, T=1, on the two train workspaces (one to train, one held out)
+      step compile-workspace-local-copro tide compile --setting workspace --backbone local --threads 2 \
+        --split train --rounds 1 --metric retrieval-f1 --optimizer copro --opt init.breadth=2 --opt init.depth=1 \
+        --judge proxy ;;
+    compile-miprov2-repo)  # MIPROv2, instruction only, same data and metric; its program is kept apart
+      step compile-repository-local-miprov2 tide compile --setting repository --backbone local --threads 2 \
+        --split train --max-context-tokens 5000 --scan 8 --metric scan-recall --optimizer miprov2 \
+        --opt init.auto=null --opt init.num_candidates=2 --opt compile.num_trials=2 \
+        --opt compile.program_aware_proposer=false --opt compile.tip_aware_proposer=false \
+        --templates programs/repository/local/templates.json --programs experiments/results/compile-miprov2 \
+        --judge proxy --no-register ;;
+    compile-gepa-repo)  # GEPA, its reflection on the same 1.5B, bounded; its program is kept apart
+      step compile-repository-local-gepa tide compile --setting repository --backbone local --threads 2 \
+        --split train --max-context-tokens 5000 --scan 8 --metric scan-recall --optimizer gepa \
+        --opt init.max_metric_calls=6 --max-calls 150 --templates programs/repository/local/templates.json \
+        --programs experiments/results/compile-gepa/programs --judge proxy --no-register ;;
+    compare-compile)
+      step compare-compile python experiments/compare.py --out experiments/results/compile-summary/repository \
+        --goal 0 --title "repository, 1.5B: uncompiled and compiled against the floors" \
+        "plain=experiments/results/compile-repository-local" \
+        "shuffled=experiments/results/compile-repository-local-shuffled1"
+      step compare-compile python experiments/compare.py --out experiments/results/compile-summary/workspace \
+        --goal 0 --title "workspace, 1.5B, T=1: uncompiled and compiled against the floors" \
+        "plain=experiments/results/compile-workspace-local" ;;
     *) echo "unknown step $1" >&2; return 2 ;;
   esac
 }
 
 steps=("$@")
-[[ ${#steps[@]} -gt 0 ]] || steps=(distill-ws distill-repo table1-ws table1-repo compile discover tune-evaluate budget-repo grounded scan transfer shortlist-ws shortlist-repo)
+[[ ${#steps[@]} -gt 0 ]] || steps=(distill-ws distill-repo table1-ws table1-repo compile discover tune-evaluate budget-repo grounded scan transfer shortlist-ws shortlist-repo floors compile-local-repo heldout-repo compile-local-ws heldout-ws compile-miprov2-repo compile-gepa-repo compare-compile)
 for s in "${steps[@]}"; do run "$s"; done

@@ -45,11 +45,13 @@ def _lines(records, x, ys, group, path, xlabel, ylabel, title):
     _save(fig, path)
 
 
-FLOOR_METHODS = ("random", "first-listed")  # the chance floors: hatched, so they read as a reference
+# The chance floors, hatched so they read as a reference: two read nothing, lexical-join reads the text. None
+# calls a model.
+FLOOR_METHODS = ("random", "first-listed", "lexical-join")
 
 
 def higher_floor(records) -> tuple[str, float]:
-    """The chance floor with the higher retrieval F1 among one run's records, and that F1 (a missing one is 0)."""
+    """The chance floor with the highest retrieval F1 among one run's records, and that F1 (a missing one is 0)."""
     floors = {r["method"]: r["retrieval_f1"] or 0.0 for r in records if r["method"] in FLOOR_METHODS}
     return max(floors.items(), key=lambda kv: kv[1])
 
@@ -167,23 +169,37 @@ def per_instance(records, path: Path) -> None:
 
 
 def compare(variants: dict[str, list[dict]], path: Path, title: str, goal: float) -> None:
-    """Retrieval F1 of every method in each run folder, the floors hatched, and a tick at `goal` x the higher floor."""
-    fig, ax = plt.subplots(figsize=(max(6, 2.2 * len(variants)), 4.2))
+    """Retrieval F1 of every method in each run folder, the floors hatched, and a tick at `goal` x the highest floor
+    (none for goal 0). Where a run holds scan recall@focus, a second panel shows it for the same bars."""
+    recall = any(r.get("scan_recall") is not None for records in variants.values() for r in records)
+    width_in = max(6, 2.2 * len(variants))
+    fig, axes = plt.subplots(1, 2 if recall else 1, figsize=(2 * width_in if recall else width_in, 4.2), squeeze=False)
     methods = list(dict.fromkeys(r["method"] for records in variants.values() for r in records))
     width = 0.8 / len(methods)
-    for j, method in enumerate(methods):
-        xs, vals = [], []
+    panels = [("retrieval_f1", 1.0, "retrieval F1 (percent)")] + ([("scan_recall", 100.0, "recall@focus (percent)")]
+                                                                 if recall else [])
+    for ax, (key, scale, ylabel) in zip(axes[0], panels):
+        for j, method in enumerate(methods):
+            xs, vals = [], []
+            for i, records in enumerate(variants.values()):
+                row = next((r for r in records if r["method"] == method), None)
+                if row is not None and (key == "retrieval_f1" or row.get(key) is not None):
+                    xs.append(i + (j - (len(methods) - 1) / 2) * width)
+                    vals.append(scale * (row.get(key) or 0.0))
+            bars = ax.bar(xs, vals, width=width, label=method, color=f"C{j}",
+                          hatch="//" if method in FLOOR_METHODS else None,
+                          alpha=0.55 if method in FLOOR_METHODS else 1)
+            ax.bar_label(bars, fmt="%.1f", fontsize=7)
+        ax.set_xticks(range(len(variants)), list(variants), rotation=15, ha="right")
+        ax.set(ylabel=ylabel)
+    if goal:
         for i, records in enumerate(variants.values()):
-            row = next((r for r in records if r["method"] == method), None)
-            if row is not None:
-                xs.append(i + (j - (len(methods) - 1) / 2) * width)
-                vals.append(row["retrieval_f1"] or 0.0)
-        bars = ax.bar(xs, vals, width=width, label=method, color=f"C{j}",
-                      hatch="//" if method in FLOOR_METHODS else None, alpha=0.55 if method in FLOOR_METHODS else 1)
-        ax.bar_label(bars, fmt="%.1f", fontsize=7)
-    for i, records in enumerate(variants.values()):
-        ax.hlines(goal * higher_floor(records)[1], i - 0.45, i + 0.45, colors="k", linestyles="--", linewidth=1)
-    ax.set_xticks(range(len(variants)), list(variants), rotation=15, ha="right")
-    ax.set(ylabel="retrieval F1 (percent)", title=f"{title}\ndashed: {goal}x the higher chance floor")
-    ax.legend(fontsize=8, title="hatched: chance floors", title_fontsize=8, loc="upper left", bbox_to_anchor=(1, 1))
+            axes[0][0].hlines(goal * higher_floor(records)[1], i - 0.45, i + 0.45, colors="k", linestyles="--",
+                              linewidth=1)
+    axes[0][0].set_title(title + (f"\ndashed: {goal}x the highest chance floor" if goal else ""))
+    if recall:
+        axes[0][1].set_title("share of gold evidence in the first focus artifacts\n(floors: the first they cite)")
+    handles, labels = axes[0][0].get_legend_handles_labels()  # every method has a bar there
+    axes[0][-1].legend(handles, labels, fontsize=8, title="hatched: chance floors", title_fontsize=8,
+                       loc="upper left", bbox_to_anchor=(1, 1))
     _save(fig, path)

@@ -32,7 +32,7 @@ from tide_dspy.cli.common import add_cost_options, add_lm_options, cost_limits
 from tide_dspy.data import load_instances
 from tide_dspy.evaluation import data_path, evaluate, read_rows, select_instances
 from tide_dspy.metrics import InstanceScore, aggregate, make_judge
-from tide_dspy.programs import build_program, program_dir
+from tide_dspy.programs import build_program, load_program, program_dir
 from tide_dspy.schemas import SETTING_NAMES
 from tide_dspy.domains import get_setting
 from tide_dspy.templates import TemplateLibrary, solved_demos
@@ -75,9 +75,33 @@ def raw_name(method: str, rounds: int, args) -> str:
     return method if rounds == default else f"{method}-T{rounds}"
 
 
+COMPILED = "tide-compiled"  # the method name of a compiled program (--compiled), beside the uncompiled tide
+
+
+def compiled_program(args, templates: TemplateLibrary | None, T: int, k: int):
+    """The --compiled program, shaped as the uncompiled TIDE of this run: the same T, k, artifact order, evidence
+    bound and (with --scan) focus, so only what compile changed (the instructions) differs between the two rows."""
+    program = load_program(args.compiled)
+    if program.setting_name != args.setting:
+        raise SystemExit(f"--compiled {args.compiled} is a {program.setting_name} program, not {args.setting}")
+    if templates is not None and [t.id for t in program.templates] != [t.id for t in templates.templates]:
+        raise SystemExit(f"--compiled {args.compiled} holds templates {[t.id for t in program.templates]}, the run's "
+                         f"library {[t.id for t in templates.templates]}: pass the library it was compiled with as "
+                         "--templates")
+    program.max_rounds, program.per_round = T, k
+    program.context_order_seed = args.shuffle_context
+    if args.max_evidence:
+        program.max_evidence = args.max_evidence
+    if args.scan:
+        program.use_scan(args.focus_size)
+    return program
+
+
 def make_program(method: str, args, templates: TemplateLibrary | None = None, rounds: int | None = None):
     shape = get_setting(args.setting)
     T, k = rounds or args.rounds or shape.rounds, args.per_round or shape.per_round
+    if method == COMPILED:
+        return compiled_program(args, templates, T, k)
     shown = dict(context_order_seed=args.shuffle_context, max_evidence=args.max_evidence)
     if args.scan and method not in FLOORS:
         # Every LM method gets the same scan (TIDE's library as the scan's guidance, so the scan calls are the
@@ -105,12 +129,27 @@ def run_raw(args, plan: dict[str, object], instances: list, out: Path, lm, judge
     An instance over the backbone's window in any program is left out of every program's rows (they are not
     scores of 0), so each analysis compares the programs on the same instances; `window_skipped` names them."""
     rows: dict[str, list[dict]] = {}
+    if args.floors_only:  # the floors are rerun from scratch: their rows may come from an older version of them
+        for name in plan:
+            for r in range(args.runs):
+                path = out / "raw" / name / f"run{r}.jsonl"
+                held = read_rows(path) if name not in FLOORS and path.exists() else {}
+                missing = [i.instance_id for i in instances if name not in FLOORS and i.instance_id not in held]
+                if missing:
+                    raise SystemExit(f"--floors-only: {path} has no row for {', '.join(missing)}; run the LM "
+                                     "methods first (without --floors-only)")
+        for name in plan:
+            if name in FLOORS and (out / "raw" / name).is_dir():
+                for stale in (out / "raw" / name).iterdir():
+                    stale.unlink()
     for r in range(args.runs):
         # Repeats are distinct samples only at temperature > 0 (main() raises it for --runs > 1).
         run_lm = lm if r == 0 else lm.copy(rollout_id=r, seed=r)
         for inst in instances:
             for name, program in plan.items():
                 path = out / "raw" / name / f"run{r}.jsonl"
+                if args.floors_only and name not in FLOORS:
+                    continue  # its rows were checked above
                 evaluate(program, [inst], judge=judge, out_path=path, resume=True, progress=False, lm=run_lm,
                          method=name, limits=cost_limits(args))
                 row = read_rows(path)[inst.instance_id]
@@ -170,7 +209,16 @@ def raw_seconds(out: Path, instances: list) -> dict[str, float]:
     return totals
 
 
-def write_meta(path: Path, lm, judge, started: float, extra: dict | None = None) -> None:
+def write_meta(path: Path, lm, judge, started: float, extra: dict | None = None, floors_only: bool = False) -> None:
+    if floors_only and path.exists():
+        # The LM rows (and their backbone, judge and cost) come from the run that made them: keep its record and
+        # add how the floors were recomputed.
+        meta = json.loads(path.read_text())
+        meta["floors_recomputed"] = {"command": " ".join(sys.argv),
+                                     "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                                     "floors": list(FLOORS)}
+        path.write_text(json.dumps(meta, indent=2) + "\n")
+        return
     meta = {
         "command": " ".join(sys.argv),
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -226,7 +274,8 @@ def table1(args, instances, out, lm, judge, stem: str = "table1") -> dict:
     write_csv(out / f"{stem}_hygiene.csv", [
         {"method": m, **analysis.output_hygiene(raw[m]),
          "cited_position": analysis.cited_position(raw[m], by_id, args.shuffle_context),
-         "scan_recall_at_focus": analysis.scan_recall(raw[m])} for m in methods])
+         "scan_recall_at_focus": (floor_recall(raw[m], by_id, args.focus_size) if m in FLOORS and args.scan
+                                  else analysis.scan_recall(raw[m]))} for m in methods])
 
     lines = [f"| method | {' | '.join(f'{c} cov / F1' for c in analysis.COMPONENTS)} |", "|---|---|---|---|"]
     for rec in records:
@@ -236,14 +285,53 @@ def table1(args, instances, out, lm, judge, stem: str = "table1") -> dict:
     write_text(out / f"{stem}.md", "\n".join(lines) + f"\n\njudge: {getattr(judge, 'label', 'none')}\n")
     plots.table1(records, out / f"{stem}.png",
                  title=f"{args.setting} / {args.backbone} / judge: {getattr(judge, 'label', 'none')}")
+    if COMPILED in methods:
+        record_heldout(args, out, records, [i.instance_id for i in instances], judge)
     print("\n".join(lines))
     return {f"{r['method']}.{c}_f1": r[f"{c}_f1"] for r in records for c in analysis.COMPONENTS if r[f"{c}_f1"] is not None}
 
 
-def floor_ratios(records: list[dict]) -> list[str]:
-    """Each method's retrieval F1 over the higher of the two chance floors, measured in the same run."""
+def record_heldout(args, out: Path, records: list[dict], instance_ids: list[str], judge) -> None:
+    """Add this run's numbers to the compiled program's provenance.json (under "heldout", keyed by the run folder):
+    the program's record then names where, on what and against which floors it was measured."""
+    from tide_dspy.util.jsonio import read_json_file, write_json
+
+    program = Path(args.compiled)
+    path = program.parent / "provenance.json"
+    data = read_json_file(path, "") if path.exists() else {}
+    entry = data.setdefault(program.name, {})
+    hygiene = {r["method"]: r for r in csv.DictReader((out / "table1_hygiene.csv").open())}
     floor_name, floor = plots.higher_floor(records)
-    lines = [f"Higher chance floor: {floor_name}, retrieval F1 {floor:.2f}."]
+    entry.setdefault("heldout", {})[out.name] = {
+        "command": " ".join(["python", *sys.argv]), "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "split": args.split, "instances": instance_ids, "judge": getattr(judge, "label", "none"),
+        "shuffle_context": args.shuffle_context, "highest_floor": floor_name,
+        "methods": {r["method"]: {"retrieval_f1": r["retrieval_f1"], "retrieval_coverage": r["retrieval_coverage"],
+                                  "scan_recall_at_focus": float(hygiene[r["method"]]["scan_recall_at_focus"])
+                                  if hygiene[r["method"]].get("scan_recall_at_focus") else None,
+                                  "x_highest_floor": round(r["retrieval_f1"] / floor, 2) if floor else None}
+                    for r in records}}
+    write_json(path, data, ensure_ascii=True)
+
+
+def floor_recall(rows: list[dict], by_id: dict, focus: int) -> float | None:
+    """A floor's answer to a scan's recall@focus: the share of gold evidence among the first `focus` distinct
+    artifacts it cites (its findings in order), so a scan's shortlist is read against the floors' own."""
+    from tide_dspy.scan import recall_at
+
+    values = []
+    for row in rows:
+        cited = list(dict.fromkeys(e for f in row["findings"] for e in f["evidence"]))
+        value = recall_at(cited, by_id[row["instance_id"]], focus)
+        if value is not None:
+            values.append(value)
+    return round(sum(values) / len(values), 3) if values else None
+
+
+def floor_ratios(records: list[dict]) -> list[str]:
+    """Each method's retrieval F1 over the highest of the three chance floors, measured in the same run."""
+    floor_name, floor = plots.higher_floor(records)
+    lines = [f"Highest chance floor: {floor_name}, retrieval F1 {floor:.2f}."]
     for r in records:
         if r["method"] not in FLOORS and r["retrieval_f1"] is not None:
             ratio = f"{r['retrieval_f1'] / floor:.2f}x" if floor else "n/a (floor is 0)"
@@ -398,8 +486,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--runs", type=int, default=1, help="repeats (distinct rollout ids); spread is reported")
     parser.add_argument("--rounds", type=int, default=None, help="T (default: the paper's, 10 workspace / 3 repository)")
     parser.add_argument("--per-round", type=int, default=None, help="k (default: the paper's, 1 workspace / 3 repository)")
-    parser.add_argument("--methods", nargs="*", default=None, choices=["single", "multi", "tide", "iter", "iter-demos"],
-                        help="LM methods of table1 (default: single multi iter tide); the chance floors always run")
+    parser.add_argument("--methods", nargs="*", default=None,
+                        choices=["single", "multi", "tide", "iter", "iter-demos", COMPILED],
+                        help="LM methods of table1 (default: single multi iter tide); the chance floors always run. "
+                             f"{COMPILED}: the --compiled program, shaped as this run's tide")
+    parser.add_argument("--compiled", default=None, metavar="PROGRAM",
+                        help=f"a compiled TIDE program (tide compile's tide.json) for method {COMPILED}")
     parser.add_argument("--shuffle-context", type=int, default=None, metavar="SEED",
                         help="show artifacts in a seeded shuffled order (results go to a -shuffled<SEED> folder)")
     parser.add_argument("--max-evidence", type=int, default=None, help="the most artifacts a finding may cite")
@@ -413,6 +505,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--backbones", nargs="*", default=None, help="transfer/citations: inference backbones")
     parser.add_argument("--template-sources", nargs="*", default=None, help="transfer: template source backbones")
     parser.add_argument("--out", default=None, help="default: experiments/results/<setting>-<backbone>")
+    parser.add_argument("--floors-only", action="store_true",
+                        help="run only the chance floors (no LM call) and rebuild the tables from the LM methods' "
+                             "raw rows already in --out; meta-<experiment>.json keeps the command that made them")
     add_lm_options(parser)
     add_cost_options(parser)
     parser.add_argument("--context-window", type=int, default=None, metavar="TOKENS",
@@ -422,7 +517,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if (COMPILED in (args.methods or [])) != bool(args.compiled):
+        parser.error(f"--compiled PROGRAM and --methods ... {COMPILED} go together")
     args.backbones = args.backbones or [args.backbone]
     args.template_sources = args.template_sources or args.backbones
 
@@ -431,6 +529,12 @@ def main(argv=None) -> int:
     out = Path(args.out or ROOT / "experiments" / "results" / f"{args.setting}-{args.backbone}{variant}")
     instances = chosen_instances(args)
     print(f"{len(instances)} instances: {', '.join(i.instance_id for i in instances)}", flush=True)
+    if args.floors_only:
+        for meta_path in out.glob("meta-*.json"):
+            made = json.loads(meta_path.read_text()).get("instances")
+            if made is not None and made != [i.instance_id for i in instances]:
+                raise SystemExit(f"--floors-only: {meta_path} was made on {made}, these options select other "
+                                 "instances; pass the options of the command it records")
     options = LMOptions.from_namespace(args)
     lm = lm_from_options(options)  # a hosted backbone is checked with one cheap call first (--no-check skips it)
     if args.dry_run:
@@ -455,8 +559,8 @@ def main(argv=None) -> int:
             with lm_context(lm):
                 metrics = EXPERIMENTS[name](args, instances, out, lm, judge)
             write_meta(out / f"meta-{name}.json", lm, judge, started, {
-                "experiment": name, "instances": [i.instance_id for i in instances],
-                "raw_lm_seconds": raw_seconds(out, instances)})
+                "experiment": name, "split": args.split, "instances": [i.instance_id for i in instances],
+                "raw_lm_seconds": raw_seconds(out, instances)}, floors_only=args.floors_only)
             mlflow.log_metrics({k: float(v) for k, v in metrics.items()})
             for f in sorted(out.glob("*.*")):
                 mlflow.log_artifact(str(f))

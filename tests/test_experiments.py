@@ -44,12 +44,12 @@ def test_experiments_write_tables_plots_and_meta(run_module, tmp_path, repositor
     assert run_module.main(["demos", *common, "--demos", "1"]) == 0
 
     table = list(csv.DictReader((out / "table1.csv").open()))
-    assert [r["method"] for r in table] == ["random", "first-listed", "single", "multi", "iter", "tide"]
+    assert [r["method"] for r in table] == ["random", "first-listed", "lexical-join", "single", "multi", "iter", "tide"]
     # TIDE finds the same two findings in round 1, re-discovers them in round 2 and stops.
     tide_row = json.loads((out / "raw" / "tide" / "run0.jsonl").read_text().splitlines()[0])
     assert [(r["new"], r["rediscovered"]) for r in tide_row["rounds"]] == [(2, 0), (0, 2)]
     assert float(table[-1]["retrieval_coverage"]) > 0
-    assert "Higher chance floor:" in (out / "table1.md").read_text()
+    assert "Highest chance floor:" in (out / "table1.md").read_text()
     steps = list(csv.DictReader((out / "steps.csv").open()))
     assert {"tide", "multi"} == {r["method"] for r in steps}
     budget = list(csv.DictReader((out / "budget.csv").open()))
@@ -57,12 +57,12 @@ def test_experiments_write_tables_plots_and_meta(run_module, tmp_path, repositor
     pools = list(csv.DictReader((out / "poolsize.csv").open()))
     assert [int(r["pool_size"]) for r in pools] == [0, 1]
     demos = list(csv.DictReader((out / "demos.csv").open()))
-    assert [r["method"] for r in demos] == ["random", "first-listed", "iter-demos", "tide"]
+    assert [r["method"] for r in demos] == ["random", "first-listed", "lexical-join", "iter-demos", "tide"]
     for name in ("poolsize.png", "table1.png", "steps.png", "rounds.png", "budget.png", "per_instance.png", "table1.md",
                  "table1_hygiene.csv"):
         assert (out / name).stat().st_size > 0
     meta = json.loads((out / "meta-table1.json").read_text())
     assert meta["judge"] == "proxy-lexical" and meta["instances"] == [repository_instance.instance_id]
-    assert set(meta["raw_lm_seconds"]) == {"random/run0", "first-listed/run0", "single/run0", "multi/run0",
-                                           "iter/run0", "tide/run0"}
-    assert {"random", "first-listed", "tide", "multi"} == {r["method"] for r in budget}
+    assert set(meta["raw_lm_seconds"]) == {"random/run0", "first-listed/run0", "lexical-join/run0", "single/run0",
+                                           "multi/run0", "iter/run0", "tide/run0"}
+    assert {"random", "first-listed", "lexical-join", "tide", "multi"} == {r["method"] for r in budget}

@@ -17,8 +17,9 @@ from rapidfuzz import fuzz
 
 from tide_dspy.backbones.providers import rules_of
 from tide_dspy.backbones.usage import entries_since, usage_mark, usage_tokens
+from tide_dspy.lexical import linked_groups
 from tide_dspy.retry import call_with_retries, describe_error
-from tide_dspy.scan import Ranking, Scanner, ScanRecord, rank, recall_at
+from tide_dspy.scan import Ranking, Scanner, ScanRecord, scan_and_rank
 from tide_dspy.schemas import Finding, Instance, RoundRecord, Template
 from tide_dspy.domains import NO_GUIDANCE, ContextView, Setting, get_setting, render_templates
 
@@ -183,10 +184,9 @@ class DiscoveryProgram(dspy.Module):
         before any round runs."""
         if self.scanner is None:
             return None, None
-        record = self.scanner(instance, self.view(instance), render_templates(self.scan_templates or self.templates))
-        ranking = rank(record.suspects, f"{self.context_order_seed}:{instance.instance_id}")
-        record.ranked, record.focus_size = list(ranking.ids), self.focus_size
-        record.recall_at_focus = recall_at(record.ranked, instance, self.focus_size)
+        ranking, record = scan_and_rank(self.scanner, instance, self.view(instance),
+                                        render_templates(self.scan_templates or self.templates),
+                                        self.context_order_seed, self.focus_size)
         if on_scan:
             on_scan(record)
         return ranking, record
@@ -337,7 +337,7 @@ class MultiAgent(DiscoveryProgram):
 
 
 class ChanceBaseline(DiscoveryProgram):
-    """A floor that reads nothing: `n_findings` findings of `evidence_size` artifacts each, no LM call.
+    """A chance floor: `n_findings` findings of `evidence_size` artifacts each, picked without an LM call.
 
     Findings are spread over rounds of `per_round`, so budget and per-round curves re-score them as they do
     TIDE's. The description says what the finding is; workspace findings take the library's first action."""
@@ -389,10 +389,21 @@ class FirstListed(ChanceBaseline):
         return [ids[i:i + m] for i in range(0, len(ids), m)]
 
 
+class LexicalJoin(ChanceBaseline):
+    """Reads the artifacts but calls no model: each finding cites a group of `evidence_size` artifacts that share
+    rare tokens (ids, names, figures, dates; in code the names, calls and identifiers), the most cohesive groups
+    first (tide_dspy.lexical). What string matching alone finds, so an LM method is read against it too."""
+
+    def picks(self, instance: Instance, view: ContextView) -> list[list[str]]:
+        texts = {a.id: self.setting.render_artifact(a) for a in view.artifacts}
+        return linked_groups(texts, self.evidence_size, self.n_findings)
+
+
 PROGRAM_KINDS: dict[str, type[DiscoveryProgram]] = {
     "TIDE": TIDE,
     "SingleAgent": SingleAgent,
     "MultiAgent": MultiAgent,
     "RandomBaseline": RandomBaseline,
     "FirstListed": FirstListed,
+    "LexicalJoin": LexicalJoin,
 }

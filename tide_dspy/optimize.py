@@ -14,7 +14,9 @@ import os
 import random
 import socket
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import dspy
 import yaml
@@ -25,6 +27,9 @@ from tide_dspy.util.jsonio import read_yaml_file
 from tide_dspy.schemas import Instance
 from tide_dspy.domains import get_setting
 from tide_dspy.shipped import NOT_SHIPPED, OPTIMIZERS_DIR
+
+if TYPE_CHECKING:
+    from tide_dspy.trials import TrialLog
 
 log = logging.getLogger(__name__)
 
@@ -78,10 +83,7 @@ def make_metric(spec, judge=None, feedback: bool = False):
     if callable(spec):
         return spec
     if spec == SCAN_RECALL:
-        if feedback:
-            raise ValueError("metric 'scan-recall' has no feedback form for GEPA; use it with copro, miprov2 or "
-                             "simba, or optimize a findings metric such as retrieval-f1")
-        return metrics.scan_recall_metric
+        return metrics.scan_feedback_metric if feedback else metrics.scan_recall_metric
     component, kind = parse_metric(spec)
     factory = metrics.tide_feedback_metric if feedback else metrics.tide_metric
     return factory(component=component, kind=kind, judge=judge)
@@ -224,6 +226,25 @@ def optimizer_arguments(config: dict, *, demos: int | None, options: dict | None
     return init, comp
 
 
+def planned_evaluations(config: dict, init: dict, comp: dict, *, n_train: int, n_val: int,
+                        n_predictors: int) -> int | None:
+    """How many (candidate, instance) evaluations the optimizer will make, for the progress bar's ETA; None when
+    its arguments do not say (MIPROv2's auto modes, SIMBA's sampling)."""
+    name = str(config["optimizer"]).rpartition(".")[2]
+    if name == "COPRO":
+        breadth, depth = init.get("breadth", 10), init.get("depth", 3)
+        # One predictor: `breadth` candidates per depth. Several: each depth rescores every candidate so far.
+        per_predictor = breadth * depth if n_predictors == 1 else breadth * depth * (depth + 1) // 2
+        return per_predictor * n_predictors * n_train
+    if name == "MIPROv2" and init.get("auto") is None and isinstance(comp.get("num_trials"), int):
+        return (comp["num_trials"] + 1) * n_val  # the default program, then each trial on the validation part
+    if name == "GEPA" and isinstance(init.get("max_metric_calls"), int):
+        return init["max_metric_calls"]
+    if name == "BootstrapFewShot":
+        return n_train
+    return None
+
+
 def compile_program(
     program: dspy.Module,
     trainset,
@@ -238,12 +259,18 @@ def compile_program(
     prompt_lm: dspy.BaseLM | None = None,
     threads: int = 1,
     autolog: bool = False,
+    trials: Callable[[Callable, int | None], TrialLog] | None = None,
 ) -> dspy.Module:
     """Optimize `program` (instruction-only unless `demos` > 0) and return the compiled copy.
 
     trainset/valset: Instances (or dspy.Examples) of the train split's two parts. `metric`: a spec such as
-    "retrieval-f1" / "mean-f1" scored with `judge`, or a DSPy metric. `options`: parse_options() overrides."""
+    "retrieval-f1" / "mean-f1" scored with `judge`, or a DSPy metric. `options`: parse_options() overrides.
+    With metric "scan-recall" only the scan is optimized and run (`ScanOnly`); the rounds are kept as they are.
+    `trials(metric, planned_evaluations)` opens the compile's TrialLog: evaluations are logged and replayed, and
+    when its budget stops the search, the best candidate scored so far is returned (the log says why it stopped)."""
+    from tide_dspy.scan import ScanOnly
     from tide_dspy.tracking import dspy_autolog
+    from tide_dspy.trials import BudgetSpent, Logged
 
     config = load_optimizer_config(optimizer)
     lm = lm or dspy.settings.lm
@@ -251,23 +278,32 @@ def compile_program(
         raise RuntimeError("no LM: pass lm=... or configure one with dspy.context(lm=...)")
     judge = metrics.make_judge(judge) if isinstance(judge, str) else judge
     train, val = as_examples(trainset), as_examples(valset)
-    bindings = {
-        "metric": make_metric(metric, judge, feedback=config.get("metric") == "feedback"),
-        "lm": lm,
-        "prompt_lm": prompt_lm or lm,
-        "threads": threads,
-        "train": train,
-        "val": val,
-    }
+    score = make_metric(metric, judge, feedback=config.get("metric") == "feedback")
+    bindings = {"metric": score, "lm": lm, "prompt_lm": prompt_lm or lm, "threads": threads, "train": train,
+                "val": val}
     init, comp = optimizer_arguments(config, demos=demos, options=options, n_train=len(train))
+    target = ScanOnly(program) if metric == SCAN_RECALL else program
+    trial_log = None
+    if trials is not None:
+        trial_log = trials(make_metric(metric, judge), planned_evaluations(
+            config, init, comp, n_train=len(train), n_val=len(val), n_predictors=len(target.predictors())))
+    student = Logged(target, trial_log) if trial_log is not None else target
     source = config["path"]
     log.info("compiling with %s (%s): init %s, compile %s", config["name"], config["optimizer"],
              {k: v for k, v in init.items() if not str(v).startswith("$")}, list(comp))
     # Inside the context: some optimizers read dspy.settings.lm when they are built.
     with lm_context(lm), dspy_autolog(autolog):
         teleprompter = optimizer_class(config["optimizer"], source)(**_resolve(init, bindings, source))
-        compiled = teleprompter.compile(program, **_resolve(comp, bindings, source))
-    return compiled
+        try:
+            compiled = teleprompter.compile(student, **_resolve(comp, bindings, source))
+            chosen = compiled.target if trial_log is not None else compiled
+        except BudgetSpent:
+            best = trial_log.best()
+            chosen = student.candidate(best[0]) if best else target.deepcopy()
+        finally:
+            if trial_log is not None:
+                trial_log.close()
+    return chosen.with_scanner_of(program) if isinstance(target, ScanOnly) else chosen
 
 
 # ---- tune ----

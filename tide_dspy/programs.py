@@ -17,7 +17,8 @@ from tide_dspy.util.safe_write import write_text
 from tide_dspy.util.secrets import scrub_secrets
 from tide_dspy.data.records import describe_record_error
 from tide_dspy.util.jsonio import read_json_file
-from tide_dspy.discovery import TIDE, DiscoveryProgram, FirstListed, MultiAgent, RandomBaseline, SingleAgent
+from tide_dspy.discovery import (TIDE, DiscoveryProgram, FirstListed, LexicalJoin, MultiAgent, RandomBaseline,
+                                 SingleAgent)
 from tide_dspy.schemas import Template
 from tide_dspy.domains import get_setting
 
@@ -31,6 +32,7 @@ METHODS: dict[str, tuple[type[DiscoveryProgram], dict]] = {
     # Chance floors: no LM call; T*k findings citing the setting's typical number of artifacts.
     "random": (RandomBaseline, {"guidance": "none"}),
     "first-listed": (FirstListed, {"guidance": "none"}),
+    "lexical-join": (LexicalJoin, {"guidance": "none"}),  # reads the text, calls no LM
 }
 
 

@@ -24,7 +24,7 @@ from pydantic import BaseModel
 
 from tide_dspy.backbones.usage import entries_since, usage_mark, usage_tokens
 from tide_dspy.schemas import Finding, Instance
-from tide_dspy.domains import ContextView, get_setting
+from tide_dspy.domains import ContextView, get_setting, render_templates
 from tide_dspy.util.fields import field_of
 
 log = logging.getLogger(__name__)
@@ -93,6 +93,17 @@ def recall_at(ranked: list[str] | tuple[str, ...], instance: Instance, n: int) -
     """Share of the gold problems' evidence ids among the top n of a ranking (None without gold evidence)."""
     gold = {e for p in instance.problems for e in p.evidence}
     return len(gold & set(ranked[:n])) / len(gold) if gold else None
+
+
+def scan_and_rank(scanner: Scanner, instance: Instance, view: ContextView, guidance: str, order_seed,
+                  focus_size: int) -> tuple[Ranking, ScanRecord]:
+    """Scan `instance` as `view` shows it and rank the result: the ranking, and the record with its ranked ids and
+    its recall of gold evidence at `focus_size`."""
+    record = scanner(instance, view, guidance)
+    ranking = rank(record.suspects, f"{order_seed}:{instance.instance_id}")
+    record.ranked, record.focus_size = list(ranking.ids), focus_size
+    record.recall_at_focus = recall_at(record.ranked, instance, focus_size)
+    return ranking, record
 
 
 def expected_rating(logprobs) -> float | None:
@@ -173,3 +184,34 @@ class Scanner(dspy.Module):
         return ScanRecord(suspects=suspects, lm_calls=len(entries), input_tokens=tokens_in, output_tokens=tokens_out,
                           failures=failures, salvaged=salvaged, from_probabilities=from_probabilities,
                           seconds=round(time.perf_counter() - started, 3))
+
+
+class ScanOnly(dspy.Module):
+    """A scanning program's scan without its rounds: the target an optimizer tunes against scan-recall.
+
+    It shares the program's Scanner (the same predictor, the same guidance, the same artifact order), so what the
+    optimizer measures is the program's own scan, and a compiled copy's scanner goes back into the program as is
+    (`with_scanner_of`). Its prediction has the scan and no findings."""
+
+    def __init__(self, program):
+        super().__init__()
+        if program.scanner is None:
+            raise ValueError("scan-recall compiles a program's scan: build it with scan=True (tide compile --scan N)")
+        self.scanner = program.scanner
+        self.setting_name = program.setting_name
+        self.guidance = render_templates(program.scan_templates or program.templates)
+        self.context_order_seed = program.context_order_seed
+        self.focus_size = program.focus_size
+
+    def forward(self, case: Instance, on_round=None, on_scan=None) -> dspy.Prediction:
+        view = ContextView.of(case, self.context_order_seed)
+        _, record = scan_and_rank(self.scanner, case, view, self.guidance, self.context_order_seed, self.focus_size)
+        if on_scan:
+            on_scan(record)
+        return dspy.Prediction(findings=[], rounds=[], scan=record)
+
+    def with_scanner_of(self, program):
+        """A copy of `program` that scans with this target's (compiled) scanner; its rounds are unchanged."""
+        compiled = program.deepcopy()
+        compiled.scanner = self.scanner.deepcopy()
+        return compiled

@@ -26,6 +26,7 @@ from tide_dspy.programs import build_program, load_program, method_of, program_d
 from tide_dspy.sandbox import SandboxOptions
 from tide_dspy.schemas import Instance
 from tide_dspy.tracking import dataset_hash, model_name, register_program, tracked_run
+from tide_dspy.trials import Budget
 from tide_dspy.util.jsonio import write_json
 from tide_dspy.util.secrets import scrub_secrets
 
@@ -202,12 +203,30 @@ class CompileResult(BaseModel):
     metric: str
     n_val: int
     before: EvaluationResult
-    after: EvaluationResult
+    after: EvaluationResult | None  # None when the budget stopped the search (nothing more is spent)
     metric_before: float
-    metric_after: float
+    metric_after: float | None
     seconds: dict[str, float]  # before, compile, after
-    path: Path
+    search: dict  # the trial log's summary: trials, evaluations, resumed, replayed, LM calls, best, stopped
+    path: Path | None  # None when the budget stopped the search before any candidate was scored
     registered: str | None = None  # models:/<name>/<version>
+
+    @property
+    def stopped(self) -> str | None:
+        return self.search.get("stopped")
+
+
+def compile_header(program, method: str, metric: str, judge: str, lm) -> dict:
+    """What a trial's score depends on besides the candidate's instructions and its instance; a trial log with
+    another header is not continued."""
+    from tide_dspy.backbones import describe_lm
+
+    config = program.config()
+    config["templates"] = [t["id"] for t in config.get("templates", [])]
+    config["scan_templates"] = [t["id"] for t in config.get("scan_templates", [])]
+    described = describe_lm(lm)
+    return {"method": method, "metric": metric, "judge": judge, "program": config,
+            "lm": {k: described.get(k) for k in ("model", "temperature", "max_tokens")}}
 
 
 def compile_and_save(selection: Selection, *, lm: LMSource, backbone: str, method: str = "tide",
@@ -215,10 +234,19 @@ def compile_and_save(selection: Selection, *, lm: LMSource, backbone: str, metho
                      optimizer: str = "copro", metric: str = "retrieval-f1", judge: str = "proxy",
                      demos: int | None = None, options: list[str] | None = None, val_fraction: float = 0.25,
                      seed: int = 0, workers: int = 1, register: bool = True, autolog: bool = False,
+                     budget: Budget = Budget(), fresh: bool = False, progress: bool = True,
                      tracking: Tracking = Tracking()) -> CompileResult:
     """Optimize `method`'s program on the train part of `selection`, scored on its held-out validation part before
-    and after; save it as programs/<setting>/<backbone>/<method>.json (tide.json for tide) and register it."""
-    from tide_dspy.optimize import aggregate_value, compile_program, parse_options, split_train
+    and after; save it as programs/<setting>/<backbone>/<method>.json (tide.json for tide) and register it.
+
+    With metric scan-recall the validation runs the scan alone (its rounds add nothing the metric sees), so its
+    tables hold the scan recall and no findings. Every evaluation of the search goes to programs/<setting>/<backbone>/compile/trials.jsonl, so a rerun of an
+    interrupted compile replays what was scored (`fresh` starts over). `budget` bounds the search's LM calls (and
+    cost); when it stops the search, the best candidate scored so far is saved, the validation after is skipped,
+    and a rerun with a larger budget goes on from the log."""
+    from tide_dspy.optimize import SCAN_RECALL, aggregate_value, compile_program, parse_options, split_train
+    from tide_dspy.scan import ScanOnly
+    from tide_dspy.trials import TrialLog
 
     setting = selection.setting
     instances = selection.load()
@@ -233,31 +261,59 @@ def compile_and_save(selection: Selection, *, lm: LMSource, backbone: str, metho
     params = {**_base_params(selection, instances, lm, judge), "method": method, "optimizer": optimizer,
               "metric": metric, "T": program.max_rounds, "k": program.per_round,
               "pool_size": len(program.templates), "demos": demos, "options": overrides,
-              "train_ids": [i.instance_id for i in train], "val_ids": [i.instance_id for i in val]}
+              "train_ids": [i.instance_id for i in train], "val_ids": [i.instance_id for i in val],
+              "max_calls": budget.max_calls, "max_cost": budget.max_cost}
+    header = compile_header(program, method, metric, judge, lm)
+    opened: list[TrialLog] = []
+
+    def open_trials(score, planned):
+        opened.append(TrialLog(folder / "compile", header, score, budget=budget, fresh=fresh, expected=planned,
+                               progress=progress))
+        return opened[-1]
+
     lms = {"backbone": lm, "judge": getattr(judge_model, "lm", None)}
+    # A scan-recall compile tunes and validates the scan alone: the rounds add nothing its metric can see.
+    validated = ScanOnly if metric == SCAN_RECALL else (lambda p: p)
     with _track("compile", selection, backbone, tracking, params, lms) as run:
-        scored = {"judge": judge_model, "lm": lm, "resume": False, "workers": workers}
-        before = evaluate(program, val, out_path=folder / "compile" / "val_before.jsonl", **scored)
+        scored = {"judge": judge_model, "lm": lm, "resume": False, "workers": workers, "progress": progress,
+                  "method": method}
+        before = evaluate(validated(program), val, out_path=folder / "compile" / "val_before.jsonl", **scored)
         t1 = run.seconds()
         compiled = compile_program(program, train, val, optimizer, metric, judge=judge_model, demos=demos,
-                                   options=overrides, lm=lm, threads=workers, autolog=run.enabled and autolog)
+                                   options=overrides, lm=lm, threads=workers, autolog=run.enabled and autolog,
+                                   trials=open_trials)
         t2 = run.seconds()
-        after = evaluate(compiled, val, out_path=folder / "compile" / "val_after.jsonl", **scored)
+        search = opened[0].summary()
+        scored_any = search["best"] is not None
+        after = None
+        if search["stopped"] is None:
+            after = evaluate(validated(compiled), val, out_path=folder / "compile" / "val_after.jsonl", **scored)
         seconds = {"before": t1, "compile": round(t2 - t1, 1), "after": round(run.seconds() - t2, 1)}
-        metric_before, metric_after = aggregate_value(before, metric), aggregate_value(after, metric)
+        metric_before = aggregate_value(before, metric)
+        metric_after = aggregate_value(after, metric) if after is not None else None
+        run.log_scores(before, "before_")
+        if after is not None:
+            run.log_scores(after, "after_")
+        run.log_metrics({"metric_before": metric_before, "metric_after": metric_after,
+                         "trials": search["trials"], "search_lm_calls": search["lm_calls"],
+                         **{f"seconds_{k}": v for k, v in seconds.items()}})
+        run.log_usage()
+        run.log_dict(search, "trials_summary.json")
+        if not scored_any:
+            return CompileResult(optimizer=optimizer, metric=metric, n_val=len(val), before=before, after=None,
+                                 metric_before=metric_before, metric_after=None, seconds=seconds, search=search,
+                                 path=None)
+        summary = {k: v for k, v in search.items() if k != "candidates"}
         extra = {"backbone": backbone, "templates_path": str(library), "optimizer": optimizer, "metric": metric,
                  "judge": judge, "validation": {"ids": params["val_ids"], "before": metric_before,
                                                 "after": metric_after},
-                 "train_ids": params["train_ids"]}
+                 "train_ids": params["train_ids"], "search": summary}
         save_program(compiled, out, extra=extra)
         run.provenance(folder, out.name, seconds=seconds, metric=metric, val_before=metric_before,
-                       val_after=metric_after, val_ids=params["val_ids"], train_ids=params["train_ids"])
-        run.log_scores(before, "before_")
-        run.log_scores(after, "after_")
-        run.log_metrics({"metric_before": metric_before, "metric_after": metric_after,
-                         **{f"seconds_{k}": v for k, v in seconds.items()}})
-        run.log_usage()
-        for path in (out, library, folder / "compile" / "val_before.jsonl", folder / "compile" / "val_after.jsonl"):
+                       val_after=metric_after, val_ids=params["val_ids"], train_ids=params["train_ids"],
+                       optimizer=optimizer, options=overrides, search=search, lm_usage=run.usage())
+        for path in (out, library, folder / "compile" / "val_before.jsonl", folder / "compile" / "val_after.jsonl",
+                     folder / "compile" / "trials.jsonl"):
             run.log_artifact(path, "program" if path == out else None)
         registered = None
         if run.enabled and register:
@@ -265,8 +321,8 @@ def compile_and_save(selection: Selection, *, lm: LMSource, backbone: str, metho
                                        {"metric": metric, "optimizer": optimizer, "run": run.info.run_id})
             registered = f"models:/{version.name}/{version.version}"
     return CompileResult(optimizer=optimizer, metric=metric, n_val=len(val), before=before, after=after,
-                         metric_before=metric_before, metric_after=metric_after, seconds=seconds, path=out,
-                         registered=registered)
+                         metric_before=metric_before, metric_after=metric_after, seconds=seconds, search=search,
+                         path=out, registered=registered)
 
 
 # ---- tune ----

@@ -45,6 +45,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                                            "instruction-only optimizers)")
     c.add_argument("--opt", action="append", default=[], metavar="KEY=VALUE",
                    help="override an optimizer argument, e.g. init.breadth=2 or compile.num_trials=3; repeatable")
+    c.add_argument("--max-calls", type=positive_int, default=None, metavar="N",
+                   help="stop the search once it has made N LM calls (checked before each evaluation; the "
+                        "validation before and after are outside the bound); the best candidate so far is saved "
+                        "and a rerun with a larger bound continues from the trial log")
+    c.add_argument("--max-cost", type=float, default=None, metavar="USD",
+                   help="the same bound in dollars, as the provider reports each call's cost (the embedded model "
+                        "costs nothing)")
+    c.add_argument("--fresh", action="store_true",
+                   help="discard the trial log (programs/<setting>/<backbone>/compile/trials.jsonl) and start over; "
+                        "by default a rerun replays the evaluations already scored")
     c.add_argument("--no-register", action="store_true", help="do not register the program in the model registry")
     c.add_argument("--autolog", action="store_true",
                    help="also run mlflow.dspy autologging (optimizer params, best-program state, and data tables "
@@ -77,8 +87,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     src = e.add_mutually_exclusive_group(required=True)
     src.add_argument("--program", default=None, help="a saved program: JSON path or models:/<name>/<version>")
     src.add_argument("--method", default=None,
-                     choices=("tide", "single", "multi", "iter", "iter-demos", "random", "first-listed"),
-                     help="random / first-listed: the chance floors (no LM call)")
+                     choices=("tide", "single", "multi", "iter", "iter-demos", "random", "first-listed",
+                              "lexical-join"),
+                     help="random / first-listed / lexical-join: the chance floors (no LM call; lexical-join "
+                          "links artifacts that share rare tokens)")
     e.add_argument("--demos", type=positive_int, default=3, help="solved train examples for iter-demos")
     add_workers_option(e, "instances")
     e.add_argument("--out", default=None, help="results folder (default: runs/<setting>/<backbone>/<method>-<split>)")
@@ -152,6 +164,9 @@ def run_distill(args: argparse.Namespace) -> int:
 
 
 def run_compile(args: argparse.Namespace) -> int:
+    from tide_dspy.optimize import SCAN_RECALL
+    from tide_dspy.trials import Budget
+
     if args.dry_run:
         return print_estimate(workflows.estimate_compile(
             _selection(args), method=args.method, shape=_shape(args), templates=args.templates,
@@ -160,10 +175,25 @@ def run_compile(args: argparse.Namespace) -> int:
     r = workflows.compile_and_save(
         _selection(args), method=args.method, shape=_shape(args), templates=args.templates, optimizer=args.optimizer,
         metric=args.metric, demos=args.demos, options=args.opt, val_fraction=args.val_fraction, seed=args.seed,
-        workers=args.workers, register=not args.no_register, autolog=args.autolog, **_common(args))
-    print(f"validation ({r.n_val} held-out train instances), before:\n{format_table(r.before)}\n")
-    print(f"after {r.optimizer}:\n{format_table(r.after)}\n")
-    print(f"{r.metric}: {r.metric_before:.4f} -> {r.metric_after:.4f}; times {r.seconds}")
+        workers=args.workers, register=not args.no_register, autolog=args.autolog,
+        budget=Budget(max_calls=args.max_calls, max_cost=args.max_cost), fresh=args.fresh, **_common(args))
+    s = r.search
+    scan_only = args.metric == SCAN_RECALL  # the validation ran the scan alone: its tables would show no findings
+    if not scan_only:
+        print(f"validation ({r.n_val} held-out train instances), before:\n{format_table(r.before)}\n")
+    print(f"search: {s['trials']} trials, {s['evaluations']} evaluations ({s['replayed']} replayed from the trial "
+          f"log), {s['lm_calls']} LM calls; best train score {s['best_score']}")
+    if r.stopped:
+        print(f"stopped early: {r.stopped}. The best candidate so far is saved; the validation after is not run. "
+              "Rerun the same command with a larger --max-calls / --max-cost to continue.", file=sys.stderr)
+        if r.path is None:
+            print("no candidate was scored before the bound, so nothing was saved", file=sys.stderr)
+            return 1
+    elif not scan_only:
+        print(f"after {r.optimizer}:\n{format_table(r.after)}\n")
+    after = "not measured" if r.metric_after is None else f"{r.metric_after:.4f}"
+    print(f"validation ({r.n_val} held-out train instances) {r.metric}: {r.metric_before:.4f} -> {after}; "
+          f"times {r.seconds}")
     print(f"program -> {r.path}" + (f"; registered {r.registered}" if r.registered else ""))
     return 0
 

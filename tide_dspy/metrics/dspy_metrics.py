@@ -84,6 +84,32 @@ def scan_recall_metric(example, pred, trace=None) -> float:
     return float(recall)
 
 
+def scan_feedback_metric(example, pred, trace=None, pred_name=None, pred_trace=None):
+    """scan_recall_metric with GEPA's feedback: where each gold artifact ranked, and what the scan ranked above the
+    ones it missed, each with its rating and the model's reason."""
+    import dspy
+
+    score = scan_recall_metric(example, pred, trace)
+    scan, instance = field_of(pred, "scan"), field_of(example, "case")
+    gold = [e for p in instance.problems for e in p.evidence]
+    suspects = {s.artifact_id: s for s in scan.suspects}
+    ranked, focus = list(scan.ranked), scan.focus_size
+
+    def line(artifact_id: str) -> str:
+        s = suspects[artifact_id]
+        return f"{artifact_id} ranked {ranked.index(artifact_id) + 1} (rated {s.score:.1f}: {_snippet(s.reason)})"
+
+    found = [g for g in dict.fromkeys(gold) if g in ranked[:focus]]
+    missed = [g for g in dict.fromkeys(gold) if g in ranked and g not in found]
+    lines = [f"Scan recall@{focus} {score:.2f}: {len(found)} of {len(set(gold))} gold artifacts are among the {focus} "
+             f"ranked most suspect of {len(ranked)}."]
+    lines += [f"Found: {line(g)}" for g in found[:3]] + [f"Missed: {line(g)}" for g in missed[:3]]
+    if missed:
+        above = [a for a in ranked[: ranked.index(missed[0])] if a not in gold][:3]
+        lines += [f"Ranked above the missed ones, not gold: {line(a)}" for a in above]
+    return dspy.Prediction(score=score, feedback="\n".join(lines))
+
+
 def _snippet(text: str) -> str:
     text = " ".join((text or "").split())
     return text if len(text) <= SNIPPET_CHARS else text[: SNIPPET_CHARS - 3] + "..."
