@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# The test lanes, fastest first, in the active Python environment (the README's test command; CI runs all three).
+#
+#   bash scripts/test.sh            # fast, then full, then wheel
+#   bash scripts/test.sh fast       # lint, docs check and the offline suite: no llama.cpp build, no data needed
+#   bash scripts/test.sh full       # builds the embedded backbone once (scripts/install.sh), then the tests of the
+#                                   # real model, the served llama.cpp engine and PostgreSQL
+#   bash scripts/test.sh wheel      # builds the wheel, installs it in a new venv and runs `tide discover` from it
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+PYTHON="${PYTHON:-$(command -v python || command -v python3)}"
+PIP=("$PYTHON" -m pip --disable-pip-version-check --no-input -q)
+lanes=("${@:-fast full wheel}")
+lanes=(${lanes[*]})
+
+lane() { printf '\n[test] == %s lane ==\n' "$1" >&2; }
+
+fast() {
+  lane fast
+  "$PYTHON" -c 'import tide_dspy, pytest, ruff' 2>/dev/null || "${PIP[@]}" install -e ".[dev]"
+  "$PYTHON" -m ruff check .
+  "$PYTHON" scripts/check_docs.py
+  "$PYTHON" -m pytest -m "not local and not postgres"
+}
+
+full() {
+  lane full
+  bash scripts/install.sh
+  "$PYTHON" -m pytest -m "local or postgres"
+}
+
+wheel() {
+  lane wheel
+  local tmp
+  tmp="$(mktemp -d)"
+  trap 'rm -rf "$tmp"' RETURN
+  "${PIP[@]}" wheel --no-deps -w "$tmp/dist" .
+  "$PYTHON" -m venv "$tmp/venv"
+  # The embedded backbone's llama-cpp-python comes from the wheel scripts/install.sh built (the `full` lane).
+  local llama
+  llama="$(ls "${TIDE_WHEEL_DIR:-$HOME/.cache/tide-dspy/wheels}"/*/llama_cpp_python-*.whl | head -n1)"
+  "$tmp/venv/bin/python" -m pip --disable-pip-version-check -q install "$llama" "$(ls "$tmp"/dist/*.whl)[local]"
+  cp -r examples/sample_repo "$tmp/sample_repo"
+  (cd "$tmp" && venv/bin/tide discover repo sample_repo --rounds 1 --out report) | tee "$tmp/discover.log"
+  grep -q "shipped" "$tmp/discover.log" || { echo "[test] the wheel found no shipped program or templates" >&2; return 1; }
+}
+
+for name in "${lanes[@]}"; do
+  case $name in
+    fast|full|wheel) "$name" ;;
+    *) echo "scripts/test.sh: unknown lane '$name' (fast, full, wheel)" >&2; exit 2 ;;
+  esac
+done
