@@ -30,7 +30,8 @@ from tide_dspy.backbones.providers import rules_of
 from tide_dspy.budget import Estimate, estimate_runs
 from tide_dspy.cli.common import add_cost_options, add_lm_options, cost_limits
 from tide_dspy.data import load_instances
-from tide_dspy.evaluation import data_path, evaluate, read_rows, select_instances
+from tide_dspy.data.selection import data_path, select_instances
+from tide_dspy.evaluation import evaluate, read_rows
 from tide_dspy.metrics import InstanceScore, aggregate, make_judge
 from tide_dspy.programs import build_program, load_program, program_dir
 from tide_dspy.schemas import SETTING_NAMES

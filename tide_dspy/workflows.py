@@ -21,7 +21,8 @@ from tide_dspy import metrics
 from tide_dspy.budget import Estimate, Estimator, Limits, Target, estimate_runs
 from tide_dspy.discovery import ChanceBaseline
 from tide_dspy.domains import get_setting
-from tide_dspy.evaluation import EvaluationResult, data_path, evaluate, read_rows, select_instances
+from tide_dspy.data.selection import Selection, data_path
+from tide_dspy.evaluation import EvaluationResult, evaluate, read_rows
 from tide_dspy.programs import build_program, load_program, method_of, program_dir, save_program
 from tide_dspy.sandbox import SandboxOptions
 from tide_dspy.schemas import Instance
@@ -31,34 +32,6 @@ from tide_dspy.util.jsonio import write_json
 from tide_dspy.util.secrets import scrub_secrets
 
 LMSource = dspy.BaseLM | Callable[[], dspy.BaseLM]
-
-
-class Selection(BaseModel):
-    """Which instances a step runs on: a setting's split, optionally narrowed by ids, context size and count."""
-
-    setting: str | None  # None only until a saved program names it (evaluate --program)
-    split: str
-    data: str | None = None  # the setting's JSONL file or folder (default: $TIDE_DATA/<setting>)
-    ids: list[str] | None = None
-    max_context_tokens: int | None = None
-    limit: int | None = None
-    skip_invalid: bool = False  # leave out (and list) records that are not valid instances
-
-    def load(self) -> list[Instance]:
-        from tide_dspy.data import load_instances
-
-        path = data_path(self.setting, self.data)
-        instances = load_instances(path, setting=self.setting, split=self.split, skip_invalid=self.skip_invalid)
-        if self.ids:
-            known = {i.instance_id for i in instances}
-            missing = [i for i in self.ids if i not in known]
-            if missing:
-                raise ValueError(f"--ids: {missing} not in the {self.split} split of {path}")
-            instances = [i for i in instances if i.instance_id in self.ids]
-        instances = select_instances(instances, max_context_tokens=self.max_context_tokens, limit=self.limit)
-        if not instances:
-            raise ValueError(f"{path}: no {self.setting} instances in split {self.split!r} after the filters")
-        return instances
 
 
 class Tracking(BaseModel):

@@ -16,6 +16,7 @@ from tide_dspy.cli.common import (add_cost_options, add_data_options, add_output
                                   add_sandbox_options, add_split_options, add_workers_option, check_output_folder,
                                   command_line, cost_limits, count, percentage, positive_float, positive_int,
                                   sandbox_options)
+from tide_dspy.data.selection import Selection
 from tide_dspy.evaluation import format_table
 
 
@@ -114,9 +115,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 # ---- options -> library calls ----
 
-def _selection(args: argparse.Namespace) -> workflows.Selection:
+def _selection(args: argparse.Namespace) -> Selection:
     ids = [i.strip() for i in args.ids.split(",") if i.strip()] if args.ids else None
-    return workflows.Selection(setting=args.setting, split=args.split, data=args.data, ids=ids,
+    return Selection(setting=args.setting, split=args.split, data=args.data, ids=ids,
                                max_context_tokens=args.max_context_tokens, limit=args.limit,
                                skip_invalid=args.skip_invalid)
 
