@@ -25,10 +25,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from tide_dspy import analysis
-from tide_dspy.backbones import LMOptions, describe_lm, lm_context, lm_from_options
+from tide_dspy.backbones import LMOptions, add_lm_options, describe_lm, lm_context, lm_from_options
 from tide_dspy.backbones.providers import rules_of
-from tide_dspy.budget import Estimate, estimate_runs
-from tide_dspy.cli.common import add_cost_options, add_lm_options, cost_limits
+from tide_dspy.budget import Estimate, Limits, add_cost_options, estimate_runs
 from tide_dspy.data import load_instances
 from tide_dspy.data.selection import data_path, select_instances
 from tide_dspy.evaluation import evaluate, read_rows
@@ -152,7 +151,7 @@ def run_raw(args, plan: dict[str, object], instances: list, out: Path, lm, judge
                 if args.floors_only and name not in FLOORS:
                     continue  # its rows were checked above
                 evaluate(program, [inst], judge=judge, out_path=path, resume=True, progress=False, lm=run_lm,
-                         method=name, limits=cost_limits(args))
+                         method=name, limits=Limits.from_namespace(args))
                 row = read_rows(path)[inst.instance_id]
                 status = (f" ERROR {row['error']}" if row.get("error") else f" SKIPPED {row['skipped']}"
                           if row.get("skipped") else f" INCOMPLETE {'; '.join(row['incomplete'])}"
@@ -243,7 +242,7 @@ def estimate_table1(args, instances, lm, judge, counter=None) -> Estimate:
     path, note = stand_in_templates(args.setting, args.backbone, args.templates, ROOT / "programs")
     templates = TemplateLibrary.load(path)
     plan = {m: make_program(m, args, templates) for m in table1_methods(args)}
-    targets = estimate_targets(lm, args.backbone, judge, args.judge, cost_limits(args))
+    targets = estimate_targets(lm, args.backbone, judge, args.judge, Limits.from_namespace(args))
     estimate = estimate_runs(plan, instances, estimator_for(lm, targets, counter), targets, runs=args.runs)
     estimate.notes += [f"{len(instances)} {args.setting} instances ({args.split} split) x {args.runs} run(s)",
                        *([note] if note else [])]

@@ -13,7 +13,8 @@ from tide_dspy.util.tokens import estimate_tokens
 
 
 def data_path(setting: str, data: str | Path | None = None) -> Path:
-    """Where a setting's instances live: --data, else $TIDE_DATA/<setting>, else ../shared/data/<setting> of the repo."""
+    """Where a setting's instances live: --data, else $TIDE_DATA/<setting>, else ../shared/data/<setting> beside
+    the repository."""
     path = Path(data) if data is not None else data_root() / setting
     if not path.exists():
         raise FileNotFoundError(f"{path}: no {setting} data here; pass --data PATH or set {DATA_ENV}=<folder with "
@@ -30,7 +31,8 @@ def context_tokens(instance: Instance) -> int:
 
 def select_instances(instances: list[Instance], *, max_context_tokens: int | None = None,
                      limit: int | None = None) -> list[Instance]:
-    """Instances whose rendered context fits `max_context_tokens` (estimated), smallest first, then the first `limit`."""
+    """Instances whose rendered context fits `max_context_tokens` (estimated), smallest first, then the first
+    `limit`."""
     if limit is not None and limit < 1:
         raise ValueError(f"limit must be at least 1, got {limit}")
     if max_context_tokens is not None:
