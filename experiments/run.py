@@ -32,12 +32,13 @@ from tide_dspy.data import load_instances
 from tide_dspy.data.selection import data_path, select_instances
 from tide_dspy.evaluation import evaluate, read_rows
 from tide_dspy.metrics import InstanceScore, aggregate, make_judge
-from tide_dspy.programs import build_program, load_program, program_dir
+from tide_dspy.programs import load_program, program_dir
 from tide_dspy.schemas import SETTING_NAMES
 from tide_dspy.domains import get_setting
-from tide_dspy.templates import TemplateLibrary, solved_demos
+from tide_dspy.templates import TemplateLibrary
 from tide_dspy.tracking import tracked_run
 from tide_dspy.util.safe_write import write_text
+from tide_dspy.workflows import ProgramShape, build_method
 
 sys.path.insert(0, str(Path(__file__).parent))
 import plots  # noqa: E402
@@ -88,37 +89,25 @@ def compiled_program(args, templates: TemplateLibrary | None, T: int, k: int):
         raise SystemExit(f"--compiled {args.compiled} holds templates {[t.id for t in program.templates]}, the run's "
                          f"library {[t.id for t in templates.templates]}: pass the library it was compiled with as "
                          "--templates")
-    program.max_rounds, program.per_round = T, k
-    program.context_order_seed = args.shuffle_context
-    if args.max_evidence:
-        program.max_evidence = args.max_evidence
-    if args.scan:
-        program.use_scan(args.focus_size)
+    scan = args.focus_size if args.scan else None
+    ProgramShape(rounds=T, per_round=k, max_evidence=args.max_evidence, scan=scan).apply(program)
+    program.context_order_seed = args.shuffle_context  # None too: the uncompiled TIDE's order
     return program
 
 
 def make_program(method: str, args, templates: TemplateLibrary | None = None, rounds: int | None = None):
-    shape = get_setting(args.setting)
-    T, k = rounds or args.rounds or shape.rounds, args.per_round or shape.per_round
+    setting = get_setting(args.setting)
+    T, k = rounds or args.rounds or setting.rounds, args.per_round or setting.per_round
     if method == COMPILED:
         return compiled_program(args, templates, T, k)
-    shown = dict(context_order_seed=args.shuffle_context, max_evidence=args.max_evidence)
-    if args.scan and method not in FLOORS:
-        # Every LM method gets the same scan (TIDE's library as the scan's guidance, so the scan calls are the
-        # same prompts and DSPy's cache answers them once); only the rounds differ.
-        shown.update(scan=True, focus_size=args.focus_size)
-        if method != "tide" and templates:
-            shown["scan_templates"] = templates.templates
-    if method in ("tide", "iter"):
-        return build_program(method, args.setting, templates=templates.templates if templates else None,
-                             max_rounds=T, per_round=k, **shown)
-    if method == "iter-demos":
-        train = load_instances(data_path(args.setting, args.data), setting=args.setting, split="train")
-        return build_program(method, args.setting, demos=solved_demos(train, args.setting, args.demos),
-                             max_rounds=T, per_round=k, **shown)
-    if method in ("multi", *FLOORS):
-        return build_program(method, args.setting, max_rounds=T, per_round=k, **shown)
-    return build_program("single", args.setting, max_findings=T * k, **shown)
+    # Every LM method gets the same scan (TIDE's library as the scan's guidance, so the scan calls are the same
+    # prompts and DSPy's cache answers them once); only the rounds differ.
+    scan = args.focus_size if args.scan and method not in FLOORS else None
+    shape = ProgramShape(rounds=T, per_round=k, max_evidence=args.max_evidence, shuffle_context=args.shuffle_context,
+                         scan=scan)
+    return build_method(args.setting, method, shape, templates=templates, demos=args.demos, data=args.data,
+                        scan_templates=templates.templates if scan and method != "tide" and templates else None,
+                        max_findings=T * k)
 
 
 # ---- raw runs ----

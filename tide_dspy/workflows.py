@@ -60,6 +60,16 @@ class ProgramShape(BaseModel):
                              "no artifact")
         program.use_scan(self.scan)
 
+    def apply(self, program) -> None:
+        """Reshape a built or loaded `program` by the overrides that are set (its compiled state is kept)."""
+        for name, value in (("max_rounds", self.rounds), ("per_round", self.per_round),
+                            ("max_evidence", self.max_evidence)):
+            if value:
+                setattr(program, name, value)
+        if self.shuffle_context is not None:
+            program.context_order_seed = self.shuffle_context
+        self.apply_scan(program)
+
 
 def _lm(lm: LMSource) -> dspy.BaseLM:
     return lm if isinstance(lm, dspy.BaseLM) or not callable(lm) else lm()
@@ -82,10 +92,15 @@ def templates_path(setting: str, backbone: str, templates: str | Path | None, pr
     return Path(templates) if templates else program_dir(setting, backbone, root=programs) / "templates.json"
 
 
-def build_method(setting: str, method: str, shape: ProgramShape, *, templates: Path | None = None, demos: int | None = 3,
-                 data: str | None = None, train_instances: list[Instance] | None = None):
-    """A fresh program of `method`; tide reads `templates`; iter-demos takes `demos` solved examples from
-    `train_instances` (default: the train split)."""
+def build_method(setting: str, method: str, shape: ProgramShape, *, templates=None, demos: int | None = 3,
+                 data: str | None = None, train_instances: list[Instance] | None = None, scan_templates=None,
+                 max_findings: int | None = None):
+    """A fresh program of `method`, the one way every command and experiment builds one.
+
+    tide reads `templates` (a library JSON path, a TemplateLibrary or a list of Templates); iter-demos takes
+    `demos` solved examples from `train_instances` (default: the train split). With a scan, `scan_templates` are
+    what a method without templates of its own rates against. `max_findings` bounds single's one call (default:
+    the program's)."""
     from tide_dspy.data import load_instances
     from tide_dspy.templates import solved_demos
 
@@ -96,7 +111,8 @@ def build_method(setting: str, method: str, shape: ProgramShape, *, templates: P
         demo_texts = solved_demos(train_instances, setting, demos)
     built = build_program(method, setting, templates=templates if method == "tide" else None, demos=demo_texts,
                           max_rounds=shape.rounds, per_round=shape.per_round, max_evidence=shape.max_evidence,
-                          context_order_seed=shape.shuffle_context)
+                          context_order_seed=shape.shuffle_context, scan_templates=scan_templates,
+                          **({"max_findings": max_findings} if method == "single" else {}))
     shape.apply_scan(built)
     return built
 
@@ -401,13 +417,7 @@ def evaluation_program(selection: Selection, *, backbone: str, program: str | No
     models:/ URI) with `shape`'s overrides, or a fresh `method`."""
     if program:
         built = load_program(program)
-        for name, value in (("max_rounds", shape.rounds), ("per_round", shape.per_round),
-                            ("max_evidence", shape.max_evidence)):
-            if value:
-                setattr(built, name, value)
-        if shape.shuffle_context is not None:
-            built.context_order_seed = shape.shuffle_context
-        shape.apply_scan(built)
+        shape.apply(built)
         setting, method = built.setting_name, method_of(built)
         if selection.setting and selection.setting != setting:
             raise ValueError(f"--setting {selection.setting} but the program {program} is for {setting}")
