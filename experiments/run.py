@@ -542,17 +542,13 @@ def main(argv=None) -> int:
         started = time.time()
         params = {"split": args.split, "instances": len(instances), "runs": args.runs,
                   "judge": getattr(judge, "label", "none"), **describe_lm(lm)}
-        with tracked_run(f"experiment-{name}", setting=args.setting, backbone=args.backbone, params=params):
-            import mlflow
-
+        with tracked_run(f"experiment-{name}", setting=args.setting, backbone=args.backbone, params=params) as run:
             with lm_context(lm):
                 metrics = EXPERIMENTS[name](args, instances, out, lm, judge)
             write_meta(out / f"meta-{name}.json", lm, judge, started, {
                 "experiment": name, "split": args.split, "instances": [i.instance_id for i in instances],
                 "raw_lm_seconds": raw_seconds(out, instances)}, floors_only=args.floors_only)
-            mlflow.log_metrics({k: float(v) for k, v in metrics.items()})
-            for f in sorted(out.glob("*.*")):
-                mlflow.log_artifact(str(f))
+            run.record(metrics=metrics, files={f: None for f in sorted(out.glob("*.*"))})
     return 0
 
 

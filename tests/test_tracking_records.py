@@ -149,3 +149,25 @@ def test_an_experiment_records_its_table_scores_and_every_output_file(tmp_path, 
                                                                              "resolution")}
     assert run["artifacts"] == {p.name for p in out.glob("*.*")}
     assert run["artifacts"] >= {"table1.csv", "table1.md", "table1_hygiene.csv", "meta-table1.json"}
+
+
+def test_what_a_failed_step_recorded_is_logged_in_its_failed_run(tmp_path):
+    from tide_dspy.tracking import tracked_run
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    with pytest.raises(RuntimeError, match="step failed"):
+        with tracked_run("evaluate", setting="workspace", backbone="b", uri=uri) as run:
+            run.record(metrics={"seconds": 1.5, "unknown": None})
+            raise RuntimeError("step failed")
+    (failed,) = recorded(uri).values()
+    assert failed["status"] == "FAILED" and failed["metrics"] == {"seconds": 1.5}
+
+
+def test_an_untracked_step_records_without_a_store(tmp_path, monkeypatch):
+    from tide_dspy.tracking import tracked_run
+
+    monkeypatch.chdir(tmp_path)
+    with tracked_run("evaluate", setting="workspace", backbone="b", enabled=False) as run:
+        run.record(metrics={"seconds": 1.0}, files={tmp_path / "missing.json": None})
+        run.log_step("trial_value", 1.0, 0)
+    assert list(tmp_path.iterdir()) == []

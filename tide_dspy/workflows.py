@@ -174,11 +174,10 @@ def distill(selection: Selection, *, lm: LMSource, backbone: str, judge: str = "
             run.provenance(out.parent, out.name, seconds=seconds, **counts,
                            mean_abstraction_score=scores["mean_score"],
                            draft_mean_abstraction_score=scores["draft_mean_score"])
-        run.log_metrics({**counts, "seconds": seconds, "draft_mean_abstraction_score": scores["draft_mean_score"],
-                         "mean_abstraction_score": scores["mean_score"]})
-        run.log_usage({"backbone": meta["lm_usage"]})
-        run.log_dict({"failures": meta["failures"]}, "distill_failures.json")
-        run.log_artifact(out)
+        run.record(metrics={**counts, "seconds": seconds, "draft_mean_abstraction_score": scores["draft_mean_score"],
+                            "mean_abstraction_score": scores["mean_score"]},
+                   usage={"backbone": meta["lm_usage"]}, files={out: None},
+                   dicts={"distill_failures.json": {"failures": meta["failures"]}})
     return DistillResult(**counts, mean_score=scores["mean_score"], draft_mean_score=scores["draft_mean_score"],
                          seconds=seconds, path=out, written=bool(len(library)))
 
@@ -280,14 +279,11 @@ def compile_and_save(selection: Selection, *, lm: LMSource, backbone: str, metho
         seconds = {"before": t1, "compile": round(t2 - t1, 1), "after": round(run.seconds() - t2, 1)}
         metric_before = aggregate_value(before, metric)
         metric_after = aggregate_value(after, metric) if after is not None else None
-        run.log_scores(before, "before_")
-        if after is not None:
-            run.log_scores(after, "after_")
-        run.log_metrics({"metric_before": metric_before, "metric_after": metric_after,
-                         "trials": search["trials"], "search_lm_calls": search["lm_calls"],
-                         **{f"seconds_{k}": v for k, v in seconds.items()}})
-        run.log_usage()
-        run.log_dict(search, "trials_summary.json")
+        run.record(scores={"before_": before, **({"after_": after} if after is not None else {})},
+                   metrics={"metric_before": metric_before, "metric_after": metric_after,
+                            "trials": search["trials"], "search_lm_calls": search["lm_calls"],
+                            **{f"seconds_{k}": v for k, v in seconds.items()}},
+                   usage=run.usage(), dicts={"trials_summary.json": search})
         if not scored_any:
             return CompileResult(optimizer=optimizer, metric=metric, n_val=len(val), before=before, after=None,
                                  metric_before=metric_before, metric_after=None, seconds=seconds, search=search,
@@ -301,9 +297,9 @@ def compile_and_save(selection: Selection, *, lm: LMSource, backbone: str, metho
         run.provenance(folder, out.name, seconds=seconds, metric=metric, val_before=metric_before,
                        val_after=metric_after, val_ids=params["val_ids"], train_ids=params["train_ids"],
                        optimizer=optimizer, options=overrides, search=search, lm_usage=run.usage())
-        for path in (out, library, folder / "compile" / "val_before.jsonl", folder / "compile" / "val_after.jsonl",
-                     folder / "compile" / "trials.jsonl"):
-            run.log_artifact(path, "program" if path == out else None)
+        run.record(files={out: "program", **{path: None for path in (
+            library, folder / "compile" / "val_before.jsonl", folder / "compile" / "val_after.jsonl",
+            folder / "compile" / "trials.jsonl")}})
         registered = None
         if run.enabled and register:
             version = register_program(out, setting, backbone,
@@ -355,10 +351,7 @@ def tune_and_save(selection: Selection, *, lm: LMSource, backbone: str, trials: 
         def after_trial(trial, value, result):
             if on_trial:
                 on_trial(trial, value)
-            if run.enabled:
-                import mlflow
-
-                mlflow.log_metric("trial_value", value, step=trial.number)
+            run.log_step("trial_value", value, trial.number)
 
         found = tune(setting, library, val, lm=lm, n_trials=trials, storage=storage, study_name=study_name,
                      metric=metric, judge=judge_model, on_trial=after_trial, base=base, workers=workers)
@@ -370,9 +363,8 @@ def tune_and_save(selection: Selection, *, lm: LMSource, backbone: str, trials: 
         folder.mkdir(parents=True, exist_ok=True)
         write_json(folder / "tune.json", summary, ensure_ascii=True)
         run.provenance(folder, "tune.json", seconds=seconds)
-        run.log_metrics({"best_value": best.value, "seconds": seconds})
-        run.log_params({f"best_{k}": v for k, v in best.params.items()})
-        run.log_artifact(folder / "tune.json")
+        run.record(metrics={"best_value": best.value, "seconds": seconds},
+                   params={f"best_{k}": v for k, v in best.params.items()}, files={folder / "tune.json": None})
     return TuneResult(study=study_name, storage=clean_storage, metric=metric, best_trial=best.number,
                       best_value=best.value, best_params=best.params, trials=len(found.trials),
                       path=folder / "tune.json")
@@ -460,17 +452,12 @@ def evaluate_split(selection: Selection, *, lm: LMSource, backbone: str, program
                           config={"command": tracking.command_line, "program_path": program, "backbone": backbone,
                                   "split": selection.split})
         seconds = run.seconds()
-        run.log_scores(result)
-        run.log_metrics({"seconds": seconds})
-        if result.execution:
-            run.log_metrics({"execution_resolution": result.execution["rate"]})
-        run.log_metrics({"n_incomplete": result.n_incomplete, "n_skipped": result.n_skipped,
-                         **({"budget_spent_usd": result.budget["spent"]} if result.budget else {})})
-        run.log_usage(result.lm_usage)
-        for name in ("results.jsonl", "config.json", "summary.json"):
-            run.log_artifact(out_dir / name, "evaluation")
-        if program and Path(program).exists():
-            run.log_artifact(Path(program), "program")
+        run.record(scores={"": result}, usage=result.lm_usage,
+                   metrics={"seconds": seconds, "n_incomplete": result.n_incomplete, "n_skipped": result.n_skipped,
+                            **({"execution_resolution": result.execution["rate"]} if result.execution else {}),
+                            **({"budget_spent_usd": result.budget["spent"]} if result.budget else {})},
+                   files={**{out_dir / name: "evaluation" for name in ("results.jsonl", "config.json", "summary.json")},
+                          **({Path(program): "program"} if program else {})})
     return EvaluationRun(result=result, results_path=results, seconds=seconds, executed=execute is not None)
 
 
