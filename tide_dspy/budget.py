@@ -657,18 +657,6 @@ def add_cost_options(p: argparse.ArgumentParser, budget: bool = False, judge: bo
                             "(default: the backbone's, e.g. 200000 for claude-sonnet-4.5)")
 
 
-def entry_cost(entry: dict, prices: Prices | None) -> float:
-    """USD of one LM history entry: what the provider reported, else its tokens at `prices` (else 0)."""
-    if entry.get("cost") is not None:
-        return float(entry["cost"])
-    if prices is None:
-        return 0.0
-    usage = entry.get("usage") or {}
-    prompt = usage.get("prompt_tokens", usage.get("input_tokens")) or 0
-    completion = usage.get("completion_tokens", usage.get("output_tokens")) or 0
-    return usd(int(prompt), prices.prompt) + usd(int(completion), prices.completion)
-
-
 class RunGuard:
     """The window pre-check and the budget of one evaluation.
 
@@ -718,7 +706,7 @@ class RunGuard:
 
     def spent(self) -> float:
         """USD spent since the marks: the LM histories' costs, else their tokens at the prices."""
-        from tide_dspy.backbones.usage import entries_since
+        from tide_dspy.backbones.usage import entries_since, entry_cost
 
         total = 0.0
         for role, target in self.targets.items():
