@@ -52,7 +52,9 @@ def main(argv: list[str] | None = None) -> int:
             scores.append(report.score)
             dirty += not report.passed
             leaks = "; ".join(str(lk) for lk in report.leaks)
-            print(f"  {t.id} score {report.score:.3f} leaks {len(report.leaks)}" + (f": {leaks[:400]}" if leaks else ""))
+            print(
+                f"  {t.id} score {report.score:.3f} leaks {len(report.leaks)}" + (f": {leaks[:400]}" if leaks else "")
+            )
         clean = sum(s == 1.0 for s in scores)
         mean = f"{statistics.fmean(scores):.3f}" if scores else "-"
         print(f"  clean {clean}/{len(scores)}, mean score {mean}\n")

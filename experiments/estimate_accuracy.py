@@ -34,8 +34,8 @@ from stub_server import StubServer  # noqa: E402
 from tide_dspy import workflows  # noqa: E402
 from tide_dspy.budget import PromptCounter  # noqa: E402
 from tide_dspy.data import load_instances  # noqa: E402
-from tide_dspy.domains import get_setting  # noqa: E402
 from tide_dspy.data.selection import Selection, context_tokens, data_path  # noqa: E402
+from tide_dspy.domains import get_setting  # noqa: E402
 from tide_dspy.retry import ATTEMPTS_PER_ROLLOUT  # noqa: E402
 from tide_dspy.schemas import Instance  # noqa: E402
 from tide_dspy.util.tokens import tokenizer_name  # noqa: E402

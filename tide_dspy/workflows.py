@@ -19,9 +19,9 @@ from pydantic import BaseModel, ConfigDict
 
 from tide_dspy import metrics
 from tide_dspy.budget import Estimate, Estimator, Limits, Target, estimate_runs
+from tide_dspy.data.selection import Selection, data_path
 from tide_dspy.discovery import ChanceBaseline
 from tide_dspy.domains import get_setting
-from tide_dspy.data.selection import Selection, data_path
 from tide_dspy.evaluation import EvaluationResult, evaluate, read_rows
 from tide_dspy.programs import build_program, load_program, method_of, program_dir, save_program
 from tide_dspy.sandbox import SandboxOptions
@@ -228,7 +228,8 @@ def compile_and_save(selection: Selection, *, lm: LMSource, backbone: str, metho
     and after; save it as programs/<setting>/<backbone>/<method>.json (tide.json for tide) and register it.
 
     With metric scan-recall the validation runs the scan alone (its rounds add nothing the metric sees), so its
-    tables hold the scan recall and no findings. Every evaluation of the search goes to programs/<setting>/<backbone>/compile/trials.jsonl, so a rerun of an
+    tables hold the scan recall and no findings. Every evaluation of the search goes to
+    programs/<setting>/<backbone>/compile/trials.jsonl, so a rerun of an
     interrupted compile replays what was scored (`fresh` starts over). `budget` bounds the search's LM calls (and
     cost); when it stops the search, the best candidate scored so far is saved, the validation after is skipped,
     and a rerun with a larger budget goes on from the log."""

@@ -18,8 +18,11 @@ def add_lm_options(parser: argparse.ArgumentParser, *, with_backbone: bool = Tru
         parser.add_argument("--backbone", default="local",
                             help="backbone name (local, local-small, gpt-5-mini, ..., openai-compatible) or a raw DSPy "
                                  "model string")
-    parser.add_argument("--judge", default="proxy",
-                        help="judge backbone for identification/resolution, or 'proxy' for the lexical proxy judge, or 'none'")
+    parser.add_argument(
+        "--judge",
+        default="proxy",
+        help="judge backbone for identification/resolution, or 'proxy' for the lexical proxy judge, or 'none'",
+    )
     parser.add_argument("--api-base", default=None,
                         help="where the backbone's calls go: an openai-compatible server (vLLM, llama.cpp server; "
                              "default $TIDE_API_BASE), or a gateway for a hosted backbone (its key goes there too)")
@@ -66,7 +69,9 @@ class LMOptions:
     @classmethod
     def from_namespace(cls, namespace) -> LMOptions:
         """The options an argparse namespace holds; missing ones keep their defaults."""
-        given = {f.name: getattr(namespace, f.name) for f in fields(cls) if getattr(namespace, f.name, None) is not None}
+        given = {
+            f.name: getattr(namespace, f.name) for f in fields(cls) if getattr(namespace, f.name, None) is not None
+        }
         if getattr(namespace, "dry_run", False):
             given["no_check"] = True  # a dry run calls no model, the preflight call included
         return cls(**given)

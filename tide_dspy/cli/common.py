@@ -100,7 +100,9 @@ def add_program_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--templates", default=None, help="template library (default: programs/<setting>/<backbone>/"
                                                      "templates.json)")
     p.add_argument("--rounds", type=positive_int, default=None, help="rounds T (default: the setting's)")
-    p.add_argument("--per-round", type=positive_int, default=None, help="new findings per round k (default: the setting's)")
+    p.add_argument(
+        "--per-round", type=positive_int, default=None, help="new findings per round k (default: the setting's)"
+    )
     p.add_argument("--max-evidence", type=positive_int, default=None,
                    help="the most artifacts one finding may cite (default: the setting's, 4 workspace / 2 repository)")
     p.add_argument("--shuffle-context", type=int, default=None, metavar="SEED",
