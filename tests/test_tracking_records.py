@@ -171,3 +171,27 @@ def test_an_untracked_step_records_without_a_store(tmp_path, monkeypatch):
         run.record(metrics={"seconds": 1.0}, files={tmp_path / "missing.json": None})
         run.log_step("trial_value", 1.0, 0)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_second_store_in_one_process_gets_its_own_registry(tmp_path, monkeypatch):
+    import mlflow
+
+    from tide_dspy.tracking import configure_tracking
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.delenv("MLFLOW_REGISTRY_URI", raising=False)
+    first, second = (f"sqlite:///{tmp_path / name}" for name in ("a.db", "b.db"))
+    configure_tracking(first)
+    assert configure_tracking(second) == second and mlflow.get_registry_uri() == second
+
+
+def test_a_registry_the_user_names_is_kept_across_stores(tmp_path, monkeypatch):
+    import mlflow
+
+    from tide_dspy.tracking import configure_tracking
+
+    registry = f"sqlite:///{tmp_path / 'registry.db'}"
+    monkeypatch.setenv("MLFLOW_REGISTRY_URI", registry)
+    configure_tracking(f"sqlite:///{tmp_path / 'a.db'}")
+    configure_tracking(f"sqlite:///{tmp_path / 'b.db'}")
+    assert mlflow.get_registry_uri() == registry

@@ -60,13 +60,31 @@ def tracking_errors(uri: str | None) -> Iterator[None]:
         raise tracking_error(uri, exc) from None
 
 
+# variable -> (the value configure_tracking set it to, the user's own value then). mlflow.set_tracking_uri and
+# set_registry_uri write MLFLOW_TRACKING_URI and MLFLOW_REGISTRY_URI, so a later call in the same process must not
+# take that write for the user's choice.
+_WRITTEN: dict[str, tuple[str, str | None]] = {}
+
+
+def _user_env(name: str) -> str | None:
+    """The user's value of an MLflow variable, not the one an earlier configure_tracking wrote."""
+    value = os.environ.get(name)
+    written, user = _WRITTEN.get(name, (None, None))
+    return user if value is not None and value == written else value
+
+
 def configure_tracking(uri: str | None = None) -> str:
+    """Point MLflow at `uri`, else $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db; the registry at
+    $MLFLOW_REGISTRY_URI, else the same store."""
     import mlflow
 
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
-    uri = uri or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI
+    user_tracking, user_registry = _user_env("MLFLOW_TRACKING_URI"), _user_env("MLFLOW_REGISTRY_URI")
+    uri = uri or user_tracking or DEFAULT_TRACKING_URI
+    registry = user_registry or uri
     mlflow.set_tracking_uri(uri)
-    mlflow.set_registry_uri(os.environ.get("MLFLOW_REGISTRY_URI") or uri)
+    mlflow.set_registry_uri(registry)
+    _WRITTEN.update(MLFLOW_TRACKING_URI=(uri, user_tracking), MLFLOW_REGISTRY_URI=(registry, user_registry))
     return uri
 
 
