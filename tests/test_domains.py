@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import copy
+
+import pytest
+
 from tide_dspy.data.records import detect_setting
-from tide_dspy.domains import REPOSITORY, WORKSPACE, get_setting, setting_of_gold
+from tide_dspy.domains import REPOSITORY, WORKSPACE, RepositorySetting, Setting, get_setting, setting_of_gold
 from tide_dspy.product.report import template_label
 from tide_dspy.product.result import DiscoverResult
 from tide_dspy.schemas import Artifact, ChosenAction, Finding, GoldProblem, Instance
@@ -48,3 +52,25 @@ def test_only_repository_findings_without_a_template_are_called_template_novel()
 def test_only_the_repository_summary_counts_applying_patches():
     assert "patches apply" in _result(REPOSITORY).summary_line()
     assert "patches apply" not in _result(WORKSPACE).summary_line()
+
+
+def test_a_setting_missing_an_abstract_method_cannot_be_instantiated():
+    class Incomplete(Setting):  # every class attribute, but no rendering or checking
+        name, round_signature, scan_signature, distill_signature = "x", None, None, None
+        draft_type, max_evidence, typical_evidence, rounds, per_round = None, 1, 1, 1, 1
+        tuning_ranges, resolution_kind, template_id_prefix = {}, "patch", ("x-t", 2)
+
+    with pytest.raises(TypeError, match="abstract"):
+        Incomplete()
+
+
+def test_a_setting_missing_a_class_attribute_cannot_be_instantiated():
+    methods = {m: vars(RepositorySetting)[m] for m in Setting.__abstractmethods__}
+    facts = {a: getattr(REPOSITORY, a) for a in Setting.REQUIRED if a != "rounds"}
+    no_loop_shape = type("NoLoopShape", (Setting,), {**methods, **facts})
+    with pytest.raises(TypeError, match="does not define rounds"):
+        no_loop_shape()
+
+
+def test_a_copied_program_shares_its_setting():
+    assert copy.deepcopy(WORKSPACE) is WORKSPACE and copy.copy(REPOSITORY) is REPOSITORY

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import random
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from collections.abc import Sequence
 from typing import Any, ClassVar
@@ -155,7 +156,12 @@ def render_action(action: ChosenAction | None) -> str:
     return f"{action.action_id}{kind} parameters: {json.dumps(action.parameters, ensure_ascii=False, sort_keys=True)}"
 
 
-class Setting:
+class Setting(ABC):
+    """A domain: what a program needs to know to show an instance to the LM and to check what comes back.
+
+    A subclass defines the class attributes below without a default and every `@abstractmethod`; one that
+    misses any of them cannot be instantiated. Add a domain in docs/settings.md."""
+
     name: ClassVar[str]
     round_signature: ClassVar[type[dspy.Signature]]
     scan_signature: ClassVar[type[dspy.Signature]]
@@ -178,13 +184,32 @@ class Setting:
     # What a report says after "none cited" when a finding cites no template.
     uncited_template_note: ClassVar[str] = ""
 
+    REQUIRED: ClassVar[tuple[str, ...]] = (
+        "name", "round_signature", "scan_signature", "distill_signature", "draft_type", "max_evidence",
+        "typical_evidence", "rounds", "per_round", "tuning_ranges", "resolution_kind", "template_id_prefix",
+    )
+
+    def __init__(self) -> None:
+        missing = [attr for attr in self.REQUIRED if not hasattr(self, attr)]
+        if missing:
+            raise TypeError(f"{type(self).__name__} does not define {', '.join(missing)}")
+
+    def __copy__(self) -> Setting:
+        return self  # a Setting holds no state: a copied program shares its Setting
+
+    def __deepcopy__(self, memo: dict) -> Setting:
+        return self
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
     def resolution_of(self, item: Finding | GoldProblem) -> ChosenAction | str | None:
         """The item's action or patch, or None when it has none."""
         return getattr(item, self.resolution_kind) or None
 
+    @abstractmethod
     def render_resolution(self, item: Finding | GoldProblem) -> str:
         """The item's resolution as the judge reads it."""
-        raise NotImplementedError
 
     def template_id(self, number: int, total: int = 0) -> str:
         """ws-t01 / repo-t001; the width grows when a library outgrows it."""
@@ -196,25 +221,27 @@ class Setting:
         return ""
 
     @staticmethod
+    @abstractmethod
     def render_artifact(artifact: Artifact, handle: str | None = None) -> str:
-        raise NotImplementedError
+        """One artifact in full, as a round shows it."""
 
     @staticmethod
+    @abstractmethod
     def render_compact(artifact: Artifact, handle: str) -> str:
         """One line that names an artifact without its content (for artifacts outside a round's focus)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def round_inputs(self, instance: Instance, view: ContextView, guidance: str, found: list[Finding],
                      max_new: int, focus: list[str] | None = None) -> dict:
-        raise NotImplementedError
+        """The round signature's inputs for one call."""
 
+    @abstractmethod
     def resolution(self, draft: Any, instance: Instance) -> tuple[dict, list[str]]:
         """The finding's action or patch fields, and the flags that checking them raised."""
-        raise NotImplementedError
 
+    @abstractmethod
     def solved_case(self, instance: Instance, problem: GoldProblem) -> dict[str, str]:
         """The inputs of the distillation signature for one solved problem."""
-        raise NotImplementedError
 
     def draft_schema(self, instance: Instance) -> dict[str, dict]:
         """JSON schemas that replace draft fields' own in the round's output type (beyond evidence_ids)."""
