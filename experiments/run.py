@@ -82,8 +82,8 @@ def compiled_program(args, templates: TemplateLibrary | None, T: int, k: int):
     """The --compiled program, shaped as the uncompiled TIDE of this run: the same T, k, artifact order, evidence
     bound and (with --scan) focus, so only what compile changed (the instructions) differs between the two rows."""
     program = load_program(args.compiled)
-    if program.setting_name != args.setting:
-        raise SystemExit(f"--compiled {args.compiled} is a {program.setting_name} program, not {args.setting}")
+    if program.setting.name != args.setting:
+        raise SystemExit(f"--compiled {args.compiled} is a {program.setting.name} program, not {args.setting}")
     if templates is not None and [t.id for t in program.templates] != [t.id for t in templates.templates]:
         raise SystemExit(f"--compiled {args.compiled} holds templates {[t.id for t in program.templates]}, the run's "
                          f"library {[t.id for t in templates.templates]}: pass the library it was compiled with as "

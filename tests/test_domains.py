@@ -7,6 +7,7 @@ import copy
 import pytest
 
 from tide_dspy.data.records import detect_setting
+from tide_dspy.discovery import TIDE
 from tide_dspy.domains import REPOSITORY, WORKSPACE, RepositorySetting, Setting, get_setting, setting_of_gold
 from tide_dspy.product.report import template_label
 from tide_dspy.product.result import DiscoverResult
@@ -74,3 +75,20 @@ def test_a_setting_missing_a_class_attribute_cannot_be_instantiated():
 
 def test_a_copied_program_shares_its_setting():
     assert copy.deepcopy(WORKSPACE) is WORKSPACE and copy.copy(REPOSITORY) is REPOSITORY
+
+
+def test_tide_runs_the_workspace_loop_shape_by_default():
+    program = TIDE("workspace")
+    assert (program.max_rounds, program.per_round) == (10, 1)
+
+
+def test_tide_runs_the_repository_loop_shape_by_default():
+    program = TIDE("repository")
+    assert (program.max_rounds, program.per_round) == (3, 3)
+
+
+def test_a_program_resolves_its_setting_once():
+    program = TIDE(REPOSITORY.name)
+    assert program.setting is REPOSITORY and program.scanner is None
+    program.use_scan(4)
+    assert program.scanner.setting is REPOSITORY

@@ -51,14 +51,10 @@ def solved_cases(instances: list[Instance]) -> list[tuple[Instance, GoldProblem]
 class Distiller(dspy.Module):
     """One predictor: a solved case (context, problem, resolution) -> an abstract template draft."""
 
-    def __init__(self, setting: str):
+    def __init__(self, setting: str | Setting):
         super().__init__()
-        self.setting_name = setting
-        self.distill = dspy.Predict(get_setting(setting).distill_signature)
-
-    @property
-    def setting(self) -> Setting:
-        return get_setting(self.setting_name)
+        self.setting = get_setting(setting)
+        self.distill = dspy.Predict(self.setting.distill_signature)
 
     def forward(self, case_instance: Instance, problem: GoldProblem) -> dspy.Prediction:
         # Not `instance`: DSPy's callback wrapper of Module.__call__ takes that name, so Refine's keyword call

@@ -55,8 +55,8 @@ def choose_program(setting: str, backbone: str, program: str | Path | None = Non
     shipped = shipped_file(setting, backbone, "tide.json")
     if program is not None or shipped is not None:
         loaded = load_program(program if program is not None else shipped)
-        if loaded.setting_name != setting:
-            raise ValueError(f"{program or shipped}: this program was compiled for the {loaded.setting_name} setting, "
+        if loaded.setting.name != setting:
+            raise ValueError(f"{program or shipped}: this program was compiled for the {loaded.setting.name} setting, "
                              f"not {setting}; pass a {setting} program")
         source = f"program {program}" if program is not None else f"shipped program {shipped} (compiled for {backbone})"
         if templates is not None:
