@@ -92,3 +92,11 @@ def test_a_program_resolves_its_setting_once():
     assert program.setting is REPOSITORY and program.scanner is None
     program.use_scan(4)
     assert program.scanner.setting is REPOSITORY
+
+
+def test_the_generator_offers_the_action_types_of_the_default_library():
+    from tide_dspy.data.workspace_generator import ActionDraft
+    from tide_dspy.product.library import default_actions
+
+    offered = ActionDraft.model_fields["type"].description.removeprefix("one of: ").split(", ")
+    assert sorted(offered) == sorted(a.type for a in default_actions()) == sorted(WORKSPACE.action_types)

@@ -28,6 +28,7 @@ from tide_dspy.schemas import (
 )
 from tide_dspy.util.diffs import patch_paths
 from tide_dspy.util.text import cap_finding
+from tide_dspy.workspace_actions import ACTION_TYPES
 
 NO_GUIDANCE = "(none)"
 
@@ -366,6 +367,8 @@ class WorkspaceSetting(Setting):
     tuning_ranges = {"max_rounds": (1, 10), "per_round": (1, 3)}
     resolution_kind = "action"
     template_id_prefix = ("ws-t", 2)
+    # type -> (description, required parameters): what an action of the library may do (tide_dspy.workspace_actions)
+    action_types: ClassVar[dict[str, tuple[str, list[str]]]] = ACTION_TYPES
 
     def render_resolution(self, item):
         return render_action(item.action)
