@@ -6,7 +6,7 @@ import copy
 
 import pytest
 
-from tide_dspy.data.records import detect_setting
+from tide_dspy.data.records import detect_setting, instance_from_record
 from tide_dspy.discovery import TIDE
 from tide_dspy.domains import REPOSITORY, WORKSPACE, RepositorySetting, Setting, get_setting, setting_of_gold
 from tide_dspy.product.report import template_label
@@ -100,3 +100,16 @@ def test_the_generator_offers_the_action_types_of_the_default_library():
 
     offered = ActionDraft.model_fields["type"].description.removeprefix("one of: ").split(", ")
     assert sorted(offered) == sorted(a.type for a in default_actions()) == sorted(WORKSPACE.action_types)
+
+
+def test_each_setting_converts_its_own_record_format():
+    record = {"instance_id": "r", "split": "test", "repo": "o/r", "anchor_commit": "abc", "problems": [],
+              "candidates": [{"id": "a.py::f", "path": "a.py", "qualname": "f", "start_line": 1, "end_line": 2,
+                              "code": "def f(): pass"}]}
+    instance = instance_from_record(record)
+    assert instance.setting == REPOSITORY.name and instance.artifacts[0].kind == "function"
+
+
+def test_a_record_with_the_artifact_fields_of_two_settings_is_refused():
+    with pytest.raises(ValueError, match="cannot tell the setting"):
+        detect_setting({"artifacts": [], "candidates": []})

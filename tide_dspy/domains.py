@@ -184,10 +184,13 @@ class Setting(ABC):
     checks_patches: ClassVar[bool] = False
     # What a report says after "none cited" when a finding cites no template.
     uncited_template_note: ClassVar[str] = ""
+    # The field of a shared-data record that holds the artifacts: its presence marks a record of this setting.
+    record_key: ClassVar[str]
 
     REQUIRED: ClassVar[tuple[str, ...]] = (
         "name", "round_signature", "scan_signature", "distill_signature", "draft_type", "max_evidence",
         "typical_evidence", "rounds", "per_round", "tuning_ranges", "resolution_kind", "template_id_prefix",
+        "record_key",
     )
 
     def __init__(self) -> None:
@@ -207,6 +210,11 @@ class Setting(ABC):
     def resolution_of(self, item: Finding | GoldProblem) -> ChosenAction | str | None:
         """The item's action or patch, or None when it has none."""
         return getattr(item, self.resolution_kind) or None
+
+    @abstractmethod
+    def from_record(self, record: dict[str, Any]) -> Instance:
+        """A validated Instance from one record of this setting's shared data set (pydantic's errors name the
+        offending field; data.records.describe_record_error words them in the record's terms)."""
 
     @abstractmethod
     def render_resolution(self, item: Finding | GoldProblem) -> str:
@@ -352,6 +360,20 @@ class Setting(ABC):
         return f"Solved example ({instance.instance_id}):\n{case['case_context']}\nProblem: {case['problem']}\nResolution: {case['resolution']}"
 
 
+def present(record: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
+    """The keys the record has; missing required ones are then reported by pydantic as 'Field required'."""
+    return {k: record[k] for k in keys if k in record}
+
+
+def record_list(record: dict[str, Any], key: str) -> list[Any]:
+    if key not in record:
+        raise ValueError(f"{key}: Field required (add it)")
+    value = record[key]
+    if not isinstance(value, list):
+        raise ValueError(f"{key}: expected a list, got {type(value).__name__}")
+    return value
+
+
 MAX_PARAMETER_CHARS = 400  # an e-mail body or a task description; a recipient list of a few names
 
 
@@ -369,6 +391,11 @@ class WorkspaceSetting(Setting):
     template_id_prefix = ("ws-t", 2)
     # type -> (description, required parameters): what an action of the library may do (tide_dspy.workspace_actions)
     action_types: ClassVar[dict[str, tuple[str, list[str]]]] = ACTION_TYPES
+    record_key = "artifacts"
+    RECORD_KEYS = ("instance_id", "split", "profile", "actions", "artifacts", "problems")
+
+    def from_record(self, record):
+        return Instance.model_validate({"setting": self.name, **present(record, self.RECORD_KEYS)})
 
     def render_resolution(self, item):
         return render_action(item.action)
@@ -484,6 +511,28 @@ class RepositorySetting(Setting):
     template_id_prefix = ("repo-t", 3)
     checks_patches = True
     uncited_template_note = " (template-novel)"
+    record_key = "candidates"
+    RECORD_KEYS = ("instance_id", "split", "repo", "anchor_commit", "problems")
+    META_KEYS = ("anchor_date", "num_problems", "num_candidates", "num_buggy_functions")
+    CANDIDATE_KEYS = ("path", "qualname", "start_line", "end_line", "code")
+
+    def from_record(self, record):
+        return Instance.model_validate({
+            "setting": self.name,
+            **present(record, self.RECORD_KEYS),
+            "artifacts": [self.candidate_artifact(i, c) for i, c in enumerate(record_list(record, self.record_key))],
+            "meta": present(record, self.META_KEYS),
+        })
+
+    @classmethod
+    def candidate_artifact(cls, index: int, candidate: Any) -> dict[str, Any]:
+        """A candidate function of a record as an artifact (its id, and its location and code as the payload)."""
+        if not isinstance(candidate, dict):
+            raise ValueError(f"candidates[{index}]: expected an object, got {type(candidate).__name__}")
+        missing = [k for k in ("id", *cls.CANDIDATE_KEYS) if k not in candidate]
+        if missing:
+            raise ValueError(f"candidates[{index}]: missing field(s) {', '.join(missing)}")
+        return {"id": candidate["id"], "kind": "function", "payload": {k: candidate[k] for k in cls.CANDIDATE_KEYS}}
 
     def render_resolution(self, item):
         return item.patch
