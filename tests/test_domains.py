@@ -113,3 +113,10 @@ def test_each_setting_converts_its_own_record_format():
 def test_a_record_with_the_artifact_fields_of_two_settings_is_refused():
     with pytest.raises(ValueError, match="cannot tell the setting"):
         detect_setting({"artifacts": [], "candidates": []})
+
+
+def test_a_report_names_evidence_in_its_settings_words():
+    function = Artifact(id="a.py::f", kind="function", payload={"path": "a.py", "start_line": 3, "end_line": 9})
+    email = Artifact(id="e1", kind="email", payload={"subject": "Budget"})
+    assert REPOSITORY.evidence_label(function) == "a.py:3-9 (a.py::f)"
+    assert WORKSPACE.evidence_label(email, "inbox.mbox") == f'e1 email "{email.title}" (inbox.mbox)'

@@ -236,6 +236,11 @@ class Setting(ABC):
 
     @staticmethod
     @abstractmethod
+    def evidence_label(artifact: Artifact, source: str | None = None) -> str:
+        """How a report names a cited artifact; `source` is the file it came from, when known."""
+
+    @staticmethod
+    @abstractmethod
     def render_compact(artifact: Artifact, handle: str) -> str:
         """One line that names an artifact without its content (for artifacts outside a round's focus)."""
 
@@ -425,6 +430,10 @@ class WorkspaceSetting(Setting):
         return f"- {handle} · {a.id} ({a.kind}, {a.created_at}): {a.title}"
 
     @staticmethod
+    def evidence_label(a, source: str | None = None) -> str:
+        return f"{a.id} {a.kind} \"{a.title}\"" + (f" ({source})" if source else "")
+
+    @staticmethod
     def render_profile(instance: Instance) -> str:
         return json.dumps(instance.profile or {}, ensure_ascii=False, indent=1)
 
@@ -542,6 +551,11 @@ class RepositorySetting(Setting):
         p = a.payload
         name = f"{handle} · {a.id}" if handle else a.id
         return f"### {name} ({p.get('path')} lines {p.get('start_line')}-{p.get('end_line')})\n{p.get('code', '')}"
+
+    @staticmethod
+    def evidence_label(a, source: str | None = None) -> str:
+        p = a.payload
+        return f"{p.get('path')}:{p.get('start_line')}-{p.get('end_line')} ({a.id})"
 
     @staticmethod
     def render_compact(a, handle: str) -> str:
