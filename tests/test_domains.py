@@ -7,11 +7,11 @@ import copy
 import pytest
 
 from tide_dspy.data.records import detect_setting, instance_from_record
-from tide_dspy.discovery import TIDE
+from tide_dspy.discovery import TIDE, FirstListed
 from tide_dspy.domains import REPOSITORY, WORKSPACE, RepositorySetting, Setting, get_setting, setting_of_gold
 from tide_dspy.product.report import template_label
 from tide_dspy.product.result import DiscoverResult
-from tide_dspy.schemas import Artifact, ChosenAction, Finding, GoldProblem, Instance
+from tide_dspy.schemas import Action, Artifact, ChosenAction, Finding, GoldProblem, Instance
 
 
 def _result(setting) -> DiscoverResult:
@@ -120,3 +120,18 @@ def test_a_report_names_evidence_in_its_settings_words():
     email = Artifact(id="e1", kind="email", payload={"subject": "Budget"})
     assert REPOSITORY.evidence_label(function) == "a.py:3-9 (a.py::f)"
     assert WORKSPACE.evidence_label(email, "inbox.mbox") == f'e1 email "{email.title}" (inbox.mbox)'
+
+
+def _with_action(setting) -> Instance:
+    return Instance(instance_id="i", setting=setting.name, artifacts=[Artifact(id="a", kind="document")],
+                    actions=[Action(id="act_1", type="send_email", description="d")])
+
+
+def test_a_chance_floor_takes_the_first_action_where_an_action_resolves():
+    finding = FirstListed(WORKSPACE)(_with_action(WORKSPACE)).findings[0]
+    assert finding.action.action_id == "act_1"
+
+
+def test_a_chance_floor_cites_no_action_where_a_patch_resolves():
+    finding = FirstListed(REPOSITORY)(_with_action(REPOSITORY)).findings[0]
+    assert finding.action is None and not finding.patch

@@ -339,7 +339,8 @@ class ChanceBaseline(DiscoveryProgram):
     """A chance floor: `n_findings` findings of `evidence_size` artifacts each, picked without an LM call.
 
     Findings are spread over rounds of `per_round`, so budget and per-round curves re-score them as they do
-    TIDE's. The description says what the finding is; workspace findings take the library's first action."""
+    TIDE's. The description says what the finding is; where an action resolves a problem, the finding takes the
+    library's first action."""
 
     def __init__(self, setting: str | Setting, n_findings: int | None = None, evidence_size: int | None = None,
                  seed: int = 0, **kwargs):
@@ -355,12 +356,20 @@ class ChanceBaseline(DiscoveryProgram):
     def picks(self, instance: Instance, view: ContextView) -> list[list[str]]:
         raise NotImplementedError
 
+    def chance_resolution(self, instance: Instance) -> dict:
+        """The resolution every pick carries: the library's first action where an action resolves a problem
+        (no patch is guessed: a chance floor writes no code)."""
+        action = next(iter(instance.actions), None)
+        if self.setting.resolution_kind == "action" and action is not None:
+            return {"action": {"action_id": action.id, "type": action.type}}
+        return {}
+
     def forward(self, case: Instance, on_round=None) -> dspy.Prediction:
         view = self.view(case)
-        action = next(iter(case.actions), None)
+        resolution = self.chance_resolution(case)
         findings = [
             Finding(description=f"{type(self).__name__} pick {i + 1}", evidence=ids, round=i // self.per_round + 1,
-                    **({"action": {"action_id": action.id, "type": action.type}} if action else {}))
+                    **resolution)
             for i, ids in enumerate(self.picks(case, view)[: self.n_findings])
         ]
         rounds = []
