@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import copy
+import inspect
 
 import pytest
 
 from tide_dspy.data.records import detect_setting, instance_from_record
 from tide_dspy.discovery import TIDE, FirstListed
 from tide_dspy.domains import REPOSITORY, WORKSPACE, RepositorySetting, Setting, get_setting, setting_of_gold
+from tide_dspy.metrics.judges import LLMJudge, ProxyJudge
 from tide_dspy.product.report import template_label
 from tide_dspy.product.result import DiscoverResult
 from tide_dspy.schemas import Action, Artifact, ChosenAction, Finding, GoldProblem, Instance
@@ -135,3 +137,10 @@ def test_a_chance_floor_takes_the_first_action_where_an_action_resolves():
 def test_a_chance_floor_cites_no_action_where_a_patch_resolves():
     finding = FirstListed(REPOSITORY)(_with_action(REPOSITORY)).findings[0]
     assert finding.action is None and not finding.patch
+
+
+def test_the_judges_require_a_setting():
+    gold = GoldProblem(problem_id="p", description="d", evidence=["a"])
+    with pytest.raises(TypeError, match="setting"):
+        ProxyJudge()(gold, Finding(description="d", evidence=["a"]))
+    assert inspect.signature(LLMJudge.forward).parameters["setting"].default is inspect.Parameter.empty
