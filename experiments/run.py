@@ -33,7 +33,7 @@ from tide_dspy.data import load_instances
 from tide_dspy.evaluation import data_path, evaluate, read_rows, select_instances
 from tide_dspy.metrics import InstanceScore, aggregate, make_judge
 from tide_dspy.programs import build_program, load_program, program_dir
-from tide_dspy.schemas import SETTING_NAMES
+from tide_dspy.domains import SETTING_NAMES
 from tide_dspy.domains import get_setting
 from tide_dspy.templates import TemplateLibrary, solved_demos
 from tide_dspy.tracking import tracked_run

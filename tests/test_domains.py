@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import inspect
+import json
 
 import pytest
 
@@ -14,6 +15,7 @@ from tide_dspy.metrics.judges import LLMJudge, ProxyJudge
 from tide_dspy.product.report import template_label
 from tide_dspy.product.result import DiscoverResult
 from tide_dspy.schemas import Action, Artifact, ChosenAction, Finding, GoldProblem, Instance
+from tide_dspy.templates import TemplateLibrary
 
 
 def _result(setting) -> DiscoverResult:
@@ -144,3 +146,15 @@ def test_the_judges_require_a_setting():
     with pytest.raises(TypeError, match="setting"):
         ProxyJudge()(gold, Finding(description="d", evidence=["a"]))
     assert inspect.signature(LLMJudge.forward).parameters["setting"].default is inspect.Parameter.empty
+
+
+def test_a_record_naming_an_unknown_setting_is_refused():
+    with pytest.raises(ValueError, match="unknown setting 'calendar'"):
+        instance_from_record({"instance_id": "i", "setting": "calendar", "artifacts": []})
+
+
+def test_a_template_library_naming_an_unknown_setting_is_refused(tmp_path):
+    path = tmp_path / "templates.json"
+    path.write_text(json.dumps({"setting": "calendar", "templates": []}))
+    with pytest.raises(ValueError, match="'calendar' is not a setting"):
+        TemplateLibrary.load(path)

@@ -589,6 +589,7 @@ class RepositorySetting(Setting):
 WORKSPACE = WorkspaceSetting()
 REPOSITORY = RepositorySetting()
 SETTINGS: dict[str, Setting] = {s.name: s for s in (WORKSPACE, REPOSITORY)}
+SETTING_NAMES: tuple[str, ...] = tuple(SETTINGS)
 
 
 def setting_of_gold(gold: list[GoldProblem]) -> Setting:
@@ -597,7 +598,7 @@ def setting_of_gold(gold: list[GoldProblem]) -> Setting:
 
 
 def get_setting(name: str | Setting) -> Setting:
-    """The Setting of a name ("workspace", "repository"); a Setting is returned as is."""
+    """The Setting of a name (a key of SETTINGS); a Setting is returned as is."""
     if isinstance(name, Setting):
         return name
     try:

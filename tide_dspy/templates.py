@@ -25,7 +25,7 @@ from tide_dspy.backbones.usage import entries_usage
 from tide_dspy.util.jsonio import read_json_file
 from tide_dspy.refinement import Refined, refine_template
 from tide_dspy.schemas import GoldProblem, Instance, Template
-from tide_dspy.domains import Setting, get_setting
+from tide_dspy.domains import SETTINGS, Setting, get_setting
 
 log = logging.getLogger(__name__)
 
@@ -107,6 +107,10 @@ class TemplateLibrary:
                 where = ".".join(str(x) for x in err["loc"])
                 raise ValueError(f"{path}: templates[{i}].{where}: {err['msg']}; each template needs id, name, "
                                  "pattern and evidence_flow (a list of strings)") from None
+        for where, name in [("setting", data.get("setting")), *((f"templates[{i}].setting", t.setting)
+                                                               for i, t in enumerate(templates))]:
+            if name is not None and name not in SETTINGS:
+                raise ValueError(f"{path}: {where} {name!r} is not a setting; use one of {', '.join(SETTINGS)}")
         duplicates = sorted({t.id for t in templates if sum(u.id == t.id for u in templates) > 1})
         if duplicates:
             raise ValueError(f"{path}: duplicate template ids {duplicates}; every template id must be unique")

@@ -8,7 +8,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from tide_dspy.schemas import SETTING_NAMES
+from tide_dspy.domains import SETTING_NAMES
 
 
 def positive_int(text: str) -> int:

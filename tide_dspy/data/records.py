@@ -41,9 +41,10 @@ def instance_from_record(record: dict[str, Any], setting: str | None = None) -> 
         if (found := detect_setting(record)) != setting:
             raise ValueError(f"this is a {found} record, but the {setting} setting was asked; "
                              f"pass the right setting or leave it out to detect it")
+    domain = get_setting(detected)  # an unknown name is refused here
     if "setting" in record:  # already in our format (Instance.model_dump)
         return Instance.model_validate(record)
-    return get_setting(detected).from_record(record)
+    return domain.from_record(record)
 
 
 def describe_record_error(exc: Exception, record: Any = None) -> str:
