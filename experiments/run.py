@@ -33,7 +33,7 @@ from tide_dspy.data import load_instances
 from tide_dspy.evaluation import data_path, evaluate, read_rows, select_instances
 from tide_dspy.metrics import InstanceScore, aggregate, make_judge
 from tide_dspy.programs import build_program, load_program, program_dir
-from tide_dspy.domains import SETTING_NAMES
+from tide_dspy.domains import SETTING_NAMES, per_setting
 from tide_dspy.domains import get_setting
 from tide_dspy.templates import TemplateLibrary, solved_demos
 from tide_dspy.tracking import tracked_run
@@ -484,8 +484,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--instances", nargs="*", default=None, help="only these instance ids")
     parser.add_argument("--max-context-tokens", type=int, default=None, help="keep instances whose rendered context fits")
     parser.add_argument("--runs", type=int, default=1, help="repeats (distinct rollout ids); spread is reported")
-    parser.add_argument("--rounds", type=int, default=None, help="T (default: the paper's, 10 workspace / 3 repository)")
-    parser.add_argument("--per-round", type=int, default=None, help="k (default: the paper's, 1 workspace / 3 repository)")
+    parser.add_argument("--rounds", type=int, default=None, help=f"T (default: the setting's, {per_setting('rounds')})")
+    parser.add_argument("--per-round", type=int, default=None, help=f"k (default: the setting's, {per_setting('per_round')})")
     parser.add_argument("--methods", nargs="*", default=None,
                         choices=["single", "multi", "tide", "iter", "iter-demos", COMPILED],
                         help="LM methods of table1 (default: single multi iter tide); the chance floors always run. "

@@ -592,6 +592,11 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (WORKSPACE, REPOSITORY)}
 SETTING_NAMES: tuple[str, ...] = tuple(SETTINGS)
 
 
+def per_setting(fact: str) -> str:
+    """One fact of every setting, for help texts: per_setting("rounds") is "10 workspace / 3 repository"."""
+    return " / ".join(f"{getattr(s, fact)} {s.name}" for s in SETTINGS.values())
+
+
 def setting_of_gold(gold: list[GoldProblem]) -> Setting:
     """The setting of an instance known only by its gold problems: a patch means code."""
     return REPOSITORY if any(g.patch for g in gold) else WORKSPACE
