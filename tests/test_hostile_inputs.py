@@ -22,6 +22,7 @@ from tide_dspy.cli.common import command_line
 from tide_dspy.tracking import record_provenance
 from tide_dspy.cli.main import main
 from tide_dspy.data import safe_files
+from tide_dspy.domains import REPOSITORY
 from tide_dspy.data.git_tools import GitClone
 from tide_dspy.data.loaders import InvalidRecordError, load_instances, load_with_report
 from tide_dspy.util.jsonio import read_json_file
@@ -56,7 +57,7 @@ def test_a_programs_folder_in_the_working_directory_is_not_loaded(tmp_path, monk
     stranger = tmp_path / "stranger"
     write(stranger / "programs" / "repository" / "local" / "tide.json", state)
     monkeypatch.chdir(stranger)
-    program, source = choose_program("repository", "local")
+    program, source = choose_program(REPOSITORY, "local")
     assert str(stranger) not in source and program.max_rounds != 7
 
 
