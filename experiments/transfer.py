@@ -1,4 +1,4 @@
-"""Transfer: TIDE with two template libraries on the same test instances, side by side (issue 14, item 5).
+"""Transfer: TIDE with two template libraries on the same test instances, side by side.
 
     git show 24bf372:programs/workspace/local-small/templates.json > /tmp/old-ws.json
     python experiments/transfer.py --setting workspace --backbone local-small --judge proxy --limit 1 \\

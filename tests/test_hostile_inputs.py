@@ -1,4 +1,4 @@
-"""Issue 13: `tide` run in a stranger's folder, on hostile or broken input. Each test failed before its fix.
+"""`tide` run in a stranger's folder, on hostile or broken input: each test names one way in and what stops it.
 
 No model: DummyLM answers; small fixtures under tests/fixtures/hostile/ and temporary folders.
 """

@@ -26,7 +26,7 @@ from tide_dspy.domains import NO_GUIDANCE, ContextView, Setting, get_setting, re
 log = logging.getLogger(__name__)
 
 GUIDANCE_KINDS = ("templates", "none", "demos")
-# A round's retry samples at 0.7 (DSPy's BestOfN uses 1.0), as it did before the retry rule was shared.
+# A round's retry samples at 0.7, below the 1.0 of the other repeated calls (retry.RETRY_TEMPERATURE, DSPy's BestOfN).
 RETRY_TEMPERATURE = 0.7
 ERROR_CHARS = 300  # of an error message kept in a round record
 DROPPED_IDS_KEPT = 20  # per round record
@@ -142,8 +142,8 @@ class DiscoveryProgram(dspy.Module):
             context_order_seed=self.context_order_seed,
             templates=[t.model_dump() for t in self.templates],
             demos=self.demos,
-            # Only a scanning program records its scan settings, so the configs (and the resume checks) of
-            # programs without a scan read as they did before the scan existed.
+            # Only a scanning program records its scan settings: a program without a scan has no scan keys in its
+            # config, so its saved programs and the resume checks of its runs do not depend on the scan's options.
             **({"scan": True, "focus_size": self.focus_size} if self.scanner is not None else {}),
             **({"scan_templates": [t.model_dump() for t in self.scan_templates]}
                if self.scanner is not None and self.scan_templates else {}),
