@@ -1,5 +1,6 @@
-"""The two settings. Each renders an instance into its round signature's inputs (static parts first) and
-checks what the LM returned against the instance: ids exist, the action is in the library, the patch parses."""
+"""`Setting`, the abstract home of a domain, and the two settings. Each reads its data records, renders an
+instance into its round signature's inputs (static parts first) and checks what the LM returned against the
+instance: ids exist, the action is in the library, the patch parses. docs/settings.md says how to add one."""
 
 from __future__ import annotations
 
@@ -160,8 +161,8 @@ def render_action(action: ChosenAction | None) -> str:
 class Setting(ABC):
     """A domain: what a program needs to know to show an instance to the LM and to check what comes back.
 
-    A subclass defines the class attributes below without a default and every `@abstractmethod`; one that
-    misses any of them cannot be instantiated. Add a domain in docs/settings.md."""
+    A subclass defines the class attributes in REQUIRED and every `@abstractmethod`; one that misses any of them
+    cannot be instantiated (docs/settings.md)."""
 
     name: ClassVar[str]
     round_signature: ClassVar[type[dspy.Signature]]
@@ -537,10 +538,10 @@ class RepositorySetting(Setting):
     def candidate_artifact(cls, index: int, candidate: Any) -> dict[str, Any]:
         """A candidate function of a record as an artifact (its id, and its location and code as the payload)."""
         if not isinstance(candidate, dict):
-            raise ValueError(f"candidates[{index}]: expected an object, got {type(candidate).__name__}")
+            raise ValueError(f"{cls.record_key}[{index}]: expected an object, got {type(candidate).__name__}")
         missing = [k for k in ("id", *cls.CANDIDATE_KEYS) if k not in candidate]
         if missing:
-            raise ValueError(f"candidates[{index}]: missing field(s) {', '.join(missing)}")
+            raise ValueError(f"{cls.record_key}[{index}]: missing field(s) {', '.join(missing)}")
         return {"id": candidate["id"], "kind": "function", "payload": {k: candidate[k] for k in cls.CANDIDATE_KEYS}}
 
     def render_resolution(self, item):
