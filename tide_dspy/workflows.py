@@ -411,7 +411,7 @@ def evaluation_program(selection: Selection, *, backbone: str, program: str | No
     if program:
         built = load_program(program)
         shape.apply(built)
-        setting, method = built.setting_name, method_of(built)
+        setting, method = built.setting.name, method_of(built)
         if selection.setting and selection.setting != setting:
             raise ValueError(f"--setting {selection.setting} but the program {program} is for {setting}")
         return built, selection.model_copy(update={"setting": setting}), method
