@@ -25,6 +25,7 @@ from tide_dspy.cli.common import (
     sandbox_options,
 )
 from tide_dspy.data.selection import Selection
+from tide_dspy.domains import get_setting
 from tide_dspy.evaluation import format_table
 from tide_dspy.util.argtypes import count, percentage, positive_float, positive_int
 
@@ -132,9 +133,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def _selection(args: argparse.Namespace) -> Selection:
     ids = [i.strip() for i in args.ids.split(",") if i.strip()] if args.ids else None
-    return Selection(setting=args.setting, split=args.split, data=args.data, ids=ids,
-                               max_context_tokens=args.max_context_tokens, limit=args.limit,
-                               skip_invalid=args.skip_invalid)
+    setting = get_setting(args.setting) if args.setting else None  # the one lookup of --setting
+    return Selection(setting=setting, split=args.split, data=args.data, ids=ids,
+                     max_context_tokens=args.max_context_tokens, limit=args.limit, skip_invalid=args.skip_invalid)
 
 
 def _common(args: argparse.Namespace) -> dict:
