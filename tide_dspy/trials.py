@@ -26,6 +26,7 @@ import dspy
 from tqdm import tqdm
 
 from tide_dspy.backbones.usage import Meter
+from tide_dspy.budget import check_max_cost
 from tide_dspy.schemas import Finding, Instance, RoundRecord
 from tide_dspy.util.hashing import sha256_hex
 
@@ -45,8 +46,7 @@ class Budget:
     def __post_init__(self):
         if self.max_calls is not None and self.max_calls < 1:
             raise ValueError(f"--max-calls must be >= 1, got {self.max_calls}")
-        if self.max_cost is not None and self.max_cost <= 0:
-            raise ValueError(f"--max-cost must be > 0 USD, got {self.max_cost}")
+        check_max_cost(self.max_cost)
 
     def describe(self) -> str:
         parts = ([f"{self.max_calls} LM calls"] if self.max_calls else []) + (

@@ -12,7 +12,7 @@ import sys
 
 from tide_dspy import workflows
 from tide_dspy.backbones import LMOptions, lm_from_options
-from tide_dspy.budget import Limits, add_cost_options
+from tide_dspy.budget import Limits, add_cost_options, add_max_cost_option
 from tide_dspy.cli.common import (
     add_data_options,
     add_output_options,
@@ -60,9 +60,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="stop the search once it has made N LM calls (checked before each evaluation; the "
                         "validation before and after are outside the bound); the best candidate so far is saved "
                         "and a rerun with a larger bound continues from the trial log")
-    c.add_argument("--max-cost", type=float, default=None, metavar="USD",
-                   help="the same bound in dollars, as the provider reports each call's cost (the embedded model "
-                        "costs nothing)")
+    add_max_cost_option(c, "checked with --max-calls, before each evaluation of the search; the best candidate "
+                           "so far is saved and a rerun with a larger cap continues from the trial log")
     c.add_argument("--fresh", action="store_true",
                    help="discard the trial log (programs/<setting>/<backbone>/compile/trials.jsonl) and start over; "
                         "by default a rerun replays the evaluations already scored")
