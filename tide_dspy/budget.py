@@ -98,10 +98,6 @@ def rules_for(lm, name: str | None):
         return UNKNOWN
 
 
-def usd(tokens: float, per_million: float) -> float:
-    return tokens * per_million / 1_000_000
-
-
 def requested_output(lm) -> int:
     """The output tokens each call asks for: the LM's max_tokens, else what DSPy's client sends by default."""
     kwargs = getattr(lm, "kwargs", None) or {}
@@ -284,9 +280,7 @@ class Tally:
         """USD at `prices`; with caching, the cached tokens at the cache-read price (where the map has one)."""
         if prices is None:
             return None
-        cached = self.cached if caching and prices.cached_prompt is not None else 0
-        return (usd(self.prompt - cached, prices.prompt) + usd(cached, prices.cached_prompt or 0.0)
-                + usd(self.output, prices.completion))
+        return prices.cost_of(self.prompt, self.output, self.cached if caching else 0)
 
 
 def calls_cost(calls: Iterable[Call], prices: dict[str, Prices | None]) -> float:
@@ -295,7 +289,7 @@ def calls_cost(calls: Iterable[Call], prices: dict[str, Prices | None]) -> float
     for c in calls:
         p = prices.get(c.role)
         if p is not None:
-            total += usd(c.prompt, p.prompt) + usd(c.output, p.completion)
+            total += p.cost_of(c.prompt, c.output)
     return total
 
 
