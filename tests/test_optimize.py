@@ -162,7 +162,7 @@ def test_compile_builds_iter_demos_from_its_own_train_part(train):
     program = build_method(WORKSPACE, "iter-demos", ProgramShape(rounds=2, per_round=1), demos=2,
                            train_instances=train[:1])
     # The demos come from the instances compile trains on, never from its validation part.
-    assert program.demos == solved_demos(train[:1], "workspace", 2) != solved_demos(train[1:], "workspace", 2)
+    assert program.demos == solved_demos(train[:1], WORKSPACE, 2) != solved_demos(train[1:], WORKSPACE, 2)
 
 
 def test_tune_is_a_resumable_sqlite_study(tmp_path, train):
