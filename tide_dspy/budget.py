@@ -623,8 +623,8 @@ def add_max_cost_option(p: argparse.ArgumentParser, stops: str) -> None:
     """--max-cost USD, one option for every command that caps its LM spend; `stops` says where this command checks
     the cap and what it keeps when it stops."""
     p.add_argument("--max-cost", type=positive_float, default=None, metavar="USD",
-                   help=f"a cap on the USD the run's LM calls spend (what the provider reports for a call; the "
-                        f"embedded model costs nothing): {stops}")
+                   help=f"a cap on the USD the run's LM calls spend (what the provider reports for a call, else "
+                        f"its tokens at the prices; the embedded model costs nothing): {stops}")
 
 
 @dataclass(frozen=True)
@@ -664,9 +664,8 @@ def add_cost_options(p: argparse.ArgumentParser, budget: bool = False, judge: bo
         p.add_argument("--judge-price", type=price, default=None, metavar="IN,OUT[,CACHED]",
                        help="the same for the judge backbone")
     if budget:
-        add_max_cost_option(p, "no instance starts once the USD spent so far (priced from its tokens at the "
-                               "prices where the provider reports no cost) plus its estimated cost would pass USD; "
-                               "finished rows are kept and --resume continues")
+        add_max_cost_option(p, "no instance starts once the USD spent so far plus its estimated cost would pass "
+                               "USD; finished rows are kept and --resume continues")
         p.add_argument("--context-window", type=positive_int, default=None, metavar="TOKENS",
                        help="the backbone's context window for the pre-check that skips instances which cannot fit "
                             "(default: the backbone's, e.g. 200000 for claude-sonnet-4.5)")

@@ -222,17 +222,18 @@ def compile_and_save(selection: Selection, *, lm: LMSource, backbone: str, metho
                      optimizer: str = "copro", metric: str = "retrieval-f1", judge: str = "proxy",
                      demos: int | None = None, options: list[str] | None = None, val_fraction: float = 0.25,
                      seed: int = 0, workers: int = 1, register: bool = True, autolog: bool = False,
-                     budget: Budget = Budget(), fresh: bool = False, progress: bool = True,
-                     tracking: Tracking = Tracking()) -> CompileResult:
+                     budget: Budget = Budget(), limits: Limits = Limits(), fresh: bool = False,
+                     progress: bool = True, tracking: Tracking = Tracking()) -> CompileResult:
     """Optimize `method`'s program on the train part of `selection`, scored on its held-out validation part before
     and after; save it as programs/<setting>/<backbone>/<method>.json (tide.json for tide) and register it.
 
     With metric scan-recall the validation runs the scan alone (its rounds add nothing the metric sees), so its
     tables hold the scan recall and no findings. Every evaluation of the search goes to
     programs/<setting>/<backbone>/compile/trials.jsonl, so a rerun of an
-    interrupted compile replays what was scored (`fresh` starts over). `budget` bounds the search's LM calls (and
-    cost); when it stops the search, the best candidate scored so far is saved, the validation after is skipped,
-    and a rerun with a larger budget goes on from the log."""
+    interrupted compile replays what was scored (`fresh` starts over). `budget` bounds the search's LM calls and
+    cost (a call the provider reports no cost for is priced from its tokens at `limits`' prices, else the
+    backbone's and the judge's list prices); when it stops the search, the best candidate scored so far is saved,
+    the validation after is skipped, and a rerun with a larger budget goes on from the log."""
     from tide_dspy.optimize import SCAN_RECALL, aggregate_value, compile_program, parse_options, split_train
     from tide_dspy.scan import ScanOnly
     from tide_dspy.trials import TrialLog
@@ -253,11 +254,13 @@ def compile_and_save(selection: Selection, *, lm: LMSource, backbone: str, metho
               "train_ids": [i.instance_id for i in train], "val_ids": [i.instance_id for i in val],
               "max_calls": budget.max_calls, "max_cost": budget.max_cost}
     header = compile_header(program, method, metric, judge, lm)
+    targets = estimate_targets(lm, backbone, judge_model, judge, limits)
+    prices = {t.lm.model: t.prices for t in targets.values() if t and t.prices and getattr(t.lm, "model", None)}
     opened: list[TrialLog] = []
 
     def open_trials(score, planned):
         opened.append(TrialLog(folder / "compile", header, score, budget=budget, fresh=fresh, expected=planned,
-                               progress=progress))
+                               progress=progress, prices=prices))
         return opened[-1]
 
     lms = {"backbone": lm, "judge": getattr(judge_model, "lm", None)}

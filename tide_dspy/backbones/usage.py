@@ -49,14 +49,16 @@ def entry_cost(entry: dict, prices: Prices | None) -> float:
 
 class Meter:
     """LM calls and cost since it was made, over every LM of the process (copies included), cache hits left out.
+    A call costs what the provider reported, else its tokens at the prices of its model in `prices` (entry_cost).
 
     It reads DSPy's global history incrementally, so its bound (10,000 entries) matters only between two reads."""
 
-    def __init__(self):
+    def __init__(self, prices: dict[str, Prices] | None = None):
         from dspy.clients.base_lm import GLOBAL_HISTORY
 
         self._history = GLOBAL_HISTORY
         self._last = GLOBAL_HISTORY[-1]["uuid"] if GLOBAL_HISTORY else None
+        self.prices = prices or {}
         self.calls, self.cost = 0, 0.0
 
     def spent(self) -> tuple[int, float]:
@@ -65,7 +67,7 @@ class Meter:
         for entry in history_since(entries, self._last):
             if not getattr(entry.get("response"), "cache_hit", False):
                 self.calls += 1
-                self.cost += entry_cost(entry, None)
+                self.cost += entry_cost(entry, self.prices.get(entry.get("model")))
         if entries:
             self._last = entries[-1].get("uuid")
         return self.calls, round(self.cost, 6)

@@ -196,7 +196,8 @@ def run_compile(args: argparse.Namespace) -> int:
         _selection(args), method=args.method, shape=_shape(args), templates=args.templates, optimizer=args.optimizer,
         metric=args.metric, demos=args.demos, options=args.opt, val_fraction=args.val_fraction, seed=args.seed,
         workers=args.workers, register=not args.no_register, autolog=args.autolog,
-        budget=Budget(max_calls=args.max_calls, max_cost=args.max_cost), fresh=args.fresh, **_common(args))
+        budget=Budget(max_calls=args.max_calls, max_cost=args.max_cost),
+        limits=Limits(prices=args.price, judge_prices=args.judge_price), fresh=args.fresh, **_common(args))
     s = r.search
     scan_only = args.metric == SCAN_RECALL  # the validation ran the scan alone: its tables would show no findings
     if not scan_only:
