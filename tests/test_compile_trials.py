@@ -211,6 +211,22 @@ def test_cli_compile_stops_at_max_calls_saves_the_best_so_far_and_resumes(tmp_pa
     assert provenance["search"]["candidates"][0]["instructions"]
 
 
+def test_cli_compile_prices_unbilled_calls_at_price_for_max_cost(tmp_path, monkeypatch, capsys):
+    from tide_dspy.cli.main import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("TIDE_DATA", str(FIXTURE_DATA))
+    library = tmp_path / "templates.json"
+    library.write_text(json.dumps({"setting": "workspace", "templates": [
+        {"id": "ws-t01", "name": "n", "pattern": "p", "evidence_flow": ["a", "b"]}]}))
+    dspy.configure(lm=RoutedLM(fixture_instances("workspace"), instruction="Read every artifact twice.", gated=True))
+    # RoutedLM reports 10 prompt tokens a call and no cost: at $100,000 per million prompt tokens, $1 a call.
+    assert main(["compile", "--setting", "workspace", "--backbone", "dummy", "--templates", str(library),
+                 "--no-track", "--rounds", "1", "--opt", "init.breadth=2", "--opt", "init.depth=1",
+                 "--price", "100000,0", "--max-cost", "2"]) == 0
+    assert "stopped early: budget of $2 reached (2 calls, $2)" in capsys.readouterr().err
+
+
 def test_cli_scan_recall_compile_validates_the_scan_alone(tmp_path, monkeypatch, capsys, ledgers):
     from tide_dspy.cli.main import main
 
