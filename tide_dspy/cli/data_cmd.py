@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from tide_dspy.cli.common import add_lm_options, count, positive_int
+from tide_dspy.cli.common import add_lm_options, positive_int
 from tide_dspy.schemas import SETTING_NAMES
 
 
@@ -38,7 +38,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     gen.add_argument("--out", required=True, help="output JSONL, in the shared workspace format")
     gen.add_argument("--split", default="test", help="split label written on each workspace")
     gen.add_argument("--seed", type=int, default=0, help="seed for personas and ids")
-    gen.add_argument("--retries", type=count, default=3, help="attempts per step on malformed LM output")
+    gen.add_argument("--max-attempts", type=positive_int, default=3,
+                     help="attempts per step on malformed LM output, the first included")
     gen.set_defaults(func=run_generate_workspace)
 
 
@@ -76,6 +77,6 @@ def run_generate_workspace(args: argparse.Namespace) -> int:
 
     lm = lm_from_options(LMOptions.from_namespace(args))
     written = generate_workspaces(lm, n=args.n, out=args.out, split=args.split, seed=args.seed,
-                                  retries=args.retries)
+                                  max_attempts=args.max_attempts)
     print(f"wrote {written} workspace(s) to {args.out}")
     return 0
