@@ -391,7 +391,7 @@ def tune_and_save(selection: Selection, *, lm: LMSource, backbone: str, trials: 
 
 # ---- evaluate ----
 
-class Verification(BaseModel):
+class RepoVerification(BaseModel):
     """--verify-repo: run each gold problem's tests with the matched finding's patch in a clone (repository only)."""
 
     repo: str | None = None
@@ -451,7 +451,7 @@ def evaluate_split(selection: Selection, *, lm: LMSource, backbone: str, program
                    method: str | None = None, shape: ProgramShape = ProgramShape(), templates: str | None = None,
                    programs: str = "programs", demos: int = 3, judge: str = "proxy", workers: int = 1,
                    out: str | Path | None = None, resume: bool = False, fresh: bool = False,
-                   verification: Verification = Verification(), check_out: Callable[[Path], Any] | None = None,
+                   verification: RepoVerification = RepoVerification(), check_out: Callable[[Path], Any] | None = None,
                    limits: Limits = Limits(), tracking: Tracking = Tracking()) -> EvaluationRun:
     """Score a saved `program` (path or models:/ URI) or a fresh `method` on `selection`, one row per instance in
     `out` (default runs/<setting>/<backbone>/<method>-<split>/results.jsonl). `check_out(folder)` vets the output

@@ -222,7 +222,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
         return print_estimate(workflows.estimate_split(
             _selection(args), program=args.program, method=args.method, shape=_shape(args), templates=args.templates,
             demos=args.demos, **_estimating(args)))
-    verification = workflows.Verification(repo=args.verify_repo, command=args.verify_command,
+    verification = workflows.RepoVerification(repo=args.verify_repo, command=args.verify_command,
                                           timeout=args.verify_timeout,
                                           sandbox=sandbox_options(args, args.verify_repo is not None,
                                                                   "--verify-repo DIR"))

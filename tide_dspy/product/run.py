@@ -24,7 +24,7 @@ from tide_dspy.product.ingest import ingest_workspace
 from tide_dspy.product.patches import DOES_NOT_APPLY, PatchChecker
 from tide_dspy.util.git import git_toplevel, head_sha, resolve_commit, run_git
 from tide_dspy.product.result import DiscoverResult, WindowRound
-from tide_dspy.product.verify import DEFAULT_RUN_TIMEOUT, DEFAULT_TOTAL_TIMEOUT, NOT_RUN, Verification, Verifier
+from tide_dspy.product.verify import DEFAULT_RUN_TIMEOUT, DEFAULT_TOTAL_TIMEOUT, NOT_RUN, PatchVerification, Verifier
 from tide_dspy.sandbox import SandboxOptions
 from tide_dspy.discovery import DiscoveryProgram, DiscoveryState
 from tide_dspy.programs import build_program, load_program, program_dir
@@ -328,7 +328,7 @@ def verify_findings(result: DiscoverResult, verifier: Verifier, progress: Progre
     """Run the tests with each applying patch, record the outcomes, and order the findings by them."""
     for n, (f, check) in enumerate(zip(result.findings, result.patch_checks), 1):
         if check is None or not check.applies:
-            result.verifications.append(Verification(NOT_RUN, reason=check.status if check else "no patch"))
+            result.verifications.append(PatchVerification(NOT_RUN, reason=check.status if check else "no patch"))
             continue
         evidence = [a.payload["path"] for a in map(result.artifact, f.evidence) if a is not None]
         v = verifier.verify(f.patch, evidence)
