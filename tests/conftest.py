@@ -10,6 +10,7 @@ from pathlib import Path
 import dspy
 import pytest
 from dspy.dsp.utils.settings import DEFAULT_CONFIG
+from repo_tree import run_git, write_tree
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
@@ -76,3 +77,14 @@ def repository_fixture_instance():
     from tide_dspy.data.records import instance_from_record
 
     return instance_from_record(_first_record(REPOSITORY_JSONL))
+
+
+@pytest.fixture
+def repo(tmp_path) -> Path:
+    """The small git repository of repo_tree (pkg/ and tools/, one commit), under tmp_path. Modules that need
+    another repository define their own `repo`."""
+    root = write_tree(tmp_path / "repo")
+    run_git(root, "init", "-q")
+    run_git(root, "add", ".")
+    run_git(root, "commit", "-qm", "initial")
+    return root

@@ -14,7 +14,7 @@ from pathlib import Path
 import dspy
 import pytest
 from dspy.utils.dummies import DummyLM
-from test_discover_repo import GOOD_PATCH, answers, finding, repo  # noqa: F401 (repo: a fixture)
+from repo_tree import GOOD_PATCH, answers, finding
 
 from tide_dspy.backbones import describe_lm, get_lm
 from tide_dspy.util.secrets import scrub_secrets

@@ -23,7 +23,7 @@ import dspy
 import pytest
 from dspy.utils.dummies import DummyLM
 from scripts import load_script
-from test_discover_repo import GOOD_PATCH, answers, finding, repo, run_git  # noqa: F401 (repo: a fixture)
+from repo_tree import GOOD_PATCH, answers, finding, run_git
 
 from tide_dspy.cli.main import build_parser, main
 from tide_dspy.evaluation import evaluate
