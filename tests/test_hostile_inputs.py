@@ -338,19 +338,30 @@ def test_an_unknown_model_uri_is_a_clear_error(tmp_path, monkeypatch):
         load_program("models:/no-such-model/1")
 
 
-def test_out_pointing_at_a_file_is_refused_before_any_lm_work(repo, tmp_path, monkeypatch, capsys):
-    def no_lm(*args, **kwargs):
-        raise AssertionError("the LM was built before --out was checked")
+@pytest.fixture
+def taken(tmp_path, monkeypatch) -> Path:
+    """A file where a command's --out folder should be. No LM is configured and the hosted backbone's key is unset,
+    so a command that built its LM before checking --out would stop on the missing key instead."""
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    path = tmp_path / "taken"
+    path.write_text("a file\n")
+    return path
 
-    monkeypatch.setattr("tide_dspy.backbones.options.get_lm", no_lm)
-    taken = tmp_path / "taken"
-    taken.write_text("a file\n")
-    assert main(["discover", "repo", str(repo), "--out", str(taken)]) == 2
+
+def test_discover_repo_refuses_an_out_that_is_a_file_before_building_the_lm(repo, taken, capsys):
+    assert main(["discover", "repo", str(repo), "--backbone", "gpt-5-mini", "--out", str(taken)]) == 2
     assert f"--out {taken}: not a folder" in capsys.readouterr().err
-    assert main(["discover", "workspace", str(INGEST), "--out", str(taken / "sub")]) == 2
+    assert taken.read_text() == "a file\n"
+
+
+def test_discover_workspace_refuses_an_out_under_a_file_before_building_the_lm(taken, capsys):
+    assert main(["discover", "workspace", str(INGEST), "--backbone", "gpt-5-mini", "--out", str(taken / "sub")]) == 2
     assert f"its parent {taken} is a file" in capsys.readouterr().err
-    assert main(["evaluate", "--method", "iter", "--setting", "workspace", "--data",
-                 str(HOSTILE / "two-records.jsonl"), "--out", str(taken), "--no-track"]) == 2
+
+
+def test_evaluate_refuses_an_out_that_is_a_file_before_building_the_lm(taken, capsys):
+    assert main(["evaluate", "--method", "iter", "--setting", "workspace", "--data", str(HOSTILE / "two-records.jsonl"),
+                 "--backbone", "gpt-5-mini", "--out", str(taken), "--no-track"]) == 2
     assert "not a folder" in capsys.readouterr().err
     assert taken.read_text() == "a file\n"
 
