@@ -10,7 +10,7 @@ from pathlib import Path
 import dspy
 import pytest
 from dspy.dsp.utils.settings import DEFAULT_CONFIG
-from repo_tree import run_git, write_tree
+from repo_tree import make_repo
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
@@ -81,10 +81,6 @@ def repository_fixture_instance():
 
 @pytest.fixture
 def repo(tmp_path) -> Path:
-    """The small git repository of repo_tree (pkg/ and tools/, one commit), under tmp_path. Modules that need
+    """The small git repository of repo_tree.make_repo (pkg/ and tools/, one commit), under tmp_path. Modules that need
     another repository define their own `repo`."""
-    root = write_tree(tmp_path / "repo")
-    run_git(root, "init", "-q")
-    run_git(root, "add", ".")
-    run_git(root, "commit", "-qm", "initial")
-    return root
+    return make_repo(tmp_path)

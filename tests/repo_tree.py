@@ -1,5 +1,5 @@
 """The small git repository of the `tide discover repo` tests (pkg/ and tools/, one commit), the patches checked
-against it, and DummyLM answers that cite its functions. The `repo` fixture (conftest.py) builds it."""
+against it, and DummyLM answers that cite its functions. The `repo` fixture (conftest.py) builds it with make_repo."""
 
 from __future__ import annotations
 
@@ -53,6 +53,15 @@ def write_tree(root: Path) -> Path:
     (root / "pkg" / "mathutil.py").write_text(MATHUTIL)
     (root / "pkg" / "text.py").write_text(TEXT)
     (root / "tools" / "report.py").write_text(REPORT)
+    return root
+
+
+def make_repo(parent: Path) -> Path:
+    """The tree as a git repository with one commit, at parent/repo."""
+    root = write_tree(parent / "repo")
+    run_git(root, "init", "-q")
+    run_git(root, "add", ".")
+    run_git(root, "commit", "-qm", "initial")
     return root
 
 
