@@ -388,10 +388,16 @@ def test_cli_distill_writes_nothing_when_no_template_passes_the_check(tmp_path, 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("TIDE_DATA", str(data_root))
     dspy.configure(lm=DummyLM([leaky, leaky]))
-    code = main(["distill", "--setting", "workspace", "--backbone", "dummy", "--max-cases", "1", "--attempts", "2",
+    code = main(["distill", "--setting", "workspace", "--backbone", "dummy", "--max-cases", "1", "--max-attempts", "2",
                  "--no-track"])
     captured = capsys.readouterr()
     assert code == 1
     assert "0 passed the abstraction check, 1 failed and were dropped" in captured.out
     assert "no template passed the abstraction check" in captured.err
     assert not (tmp_path / "programs" / "workspace" / "dummy" / "templates.json").exists()
+
+
+def test_cli_distill_reads_attempts_as_max_attempts():
+    from tide_dspy.cli.main import build_parser
+
+    assert build_parser().parse_args(["distill", "--setting", "workspace", "--attempts", "2"]).max_attempts == 2

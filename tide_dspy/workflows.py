@@ -159,7 +159,7 @@ def cap_cases(instances: list[Instance], max_cases: int) -> list[Instance]:
 
 
 def distill(selection: Selection, *, lm: LMSource, backbone: str, judge: str = "proxy", programs: str = "programs",
-            max_cases: int | None = None, attempts: int = 3, merge_threshold: float = 80.0, max_templates: int = 32,
+            max_cases: int | None = None, max_attempts: int = 3, merge_threshold: float = 80.0, max_templates: int = 32,
             tracking: Tracking = Tracking()) -> DistillResult:
     """Distill a template library from the solved problems of `selection` into programs/<setting>/<backbone>/."""
     from tide_dspy.templates import distill_library, solved_cases
@@ -171,10 +171,10 @@ def distill(selection: Selection, *, lm: LMSource, backbone: str, judge: str = "
     lm = _lm(lm)
     out = program_dir(setting, backbone, root=programs) / "templates.json"
     params = {**_base_params(selection, instances, lm, judge), "merge_threshold": merge_threshold,
-              "attempts": attempts, "max_templates": max_templates, "cases": len(solved_cases(instances))}
+              "max_attempts": max_attempts, "max_templates": max_templates, "cases": len(solved_cases(instances))}
     with _track("distill", selection, backbone, tracking, params, {}) as run:
-        library = distill_library(instances, setting, lm=lm, attempts=attempts, merge_threshold=merge_threshold,
-                                  max_templates=max_templates)
+        library = distill_library(instances, setting, lm=lm, max_attempts=max_attempts,
+                                  merge_threshold=merge_threshold, max_templates=max_templates)
         seconds = run.seconds()
         library.meta.update(backbone=backbone, dataset_hash=dataset_hash(instances), seconds=seconds)
         meta, scores = library.meta, library.meta["abstraction"]
