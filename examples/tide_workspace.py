@@ -26,8 +26,16 @@ program = TIDE("workspace", templates=templates, max_rounds=args.rounds, per_rou
 
 lm = get_lm(args.backbone)
 with dspy.context(lm=lm, adapter=adapter_for(lm)):
-    result = program(instance, on_round=lambda r: print(f"round {r.round}: {r.new} new, {r.rediscovered} re-discovered, "
-                                                        f"{r.input_tokens} prompt tokens, {r.seconds:.0f}s"))
+    result = program(
+        instance,
+        on_round=lambda r: print(
+            f"round {r.round}: {r.new} new, {r.rediscovered} re-discovered, "
+            f"{r.input_tokens} prompt tokens, {r.seconds:.0f}s"
+        ),
+    )
 
 for f in result.findings:
-    print(f"\n[round {f.round}] {f.description}\n  evidence: {f.evidence}\n  action: {f.action}\n  template: {f.used_template_id or '-'}")
+    print(
+        f"\n[round {f.round}] {f.description}\n  evidence: {f.evidence}\n  action: {f.action}\n"
+        f"  template: {f.used_template_id or '-'}"
+    )

@@ -27,7 +27,7 @@ import shlex
 import sys
 import time
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -38,10 +38,10 @@ from dspy.lm15 import Config, Message, Request  # noqa: E402
 from tide_dspy.backbones import describe_lm, get_lm  # noqa: E402
 from tide_dspy.data.records import instance_from_record  # noqa: E402
 from tide_dspy.discovery import TIDE, DiscoveryState  # noqa: E402
+from tide_dspy.domains import get_setting  # noqa: E402
 from tide_dspy.schemas import Finding  # noqa: E402
 from tide_dspy.templates import TemplateLibrary  # noqa: E402
 from tide_dspy.util.paths import data_root  # noqa: E402
-from tide_dspy.domains import get_setting  # noqa: E402
 from tide_dspy.util.safe_write import write_text  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -152,7 +152,9 @@ def grammar_main(args, instance, lm_args, started, t0, load_start, argv) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     stem = args.out / f"grammar-{args.backbone}-{started.strftime('%Y%m%dT%H%M%SZ')}"
     write_text(stem.with_suffix(".txt"), header + "\n" + "\n".join(lines) + "\n")
-    write_text(stem.with_suffix(".json"), json.dumps(dict(command=command, date=started.isoformat(), rows=rows), indent=1))
+    write_text(
+        stem.with_suffix(".json"), json.dumps(dict(command=command, date=started.isoformat(), rows=rows), indent=1)
+    )
     print(f"\nsaved {stem}.txt and .json")
     return 0
 
@@ -207,25 +209,36 @@ def run_mode(name: str, lm, adapter, instance, rounds: int, per_round: int, temp
 
 
 def report(result: dict) -> str:
-    lines = [f"backbone: {result['backbone']}  threads: {result['threads']}  temperature: {result['lm'].get('temperature')}  "
-             f"templates: {result['templates'] or 'none'}  instance: {result['instance']} "
-             f"({result['candidates']} candidates)", ""]
+    lines = [
+        f"backbone: {result['backbone']}  threads: {result['threads']}  "
+        f"temperature: {result['lm'].get('temperature')}  "
+        f"templates: {result['templates'] or 'none'}  instance: {result['instance']} "
+        f"({result['candidates']} candidates)",
+        "",
+    ]
     for label, s in result["speed"].items():
         lines.append(f"speed [{label:7}] prompt {s['prompt_tokens']} tok at {s['prompt_tok_s']} tok/s; "
                      f"generated {s['output_tokens']} tok at {s['gen_tok_s']} tok/s")
     lines.append("")
     for mode in result["modes"]:
-        lines.append(f"{mode['mode']}: {len(mode['rounds'])} rounds, {mode['lm_calls']} LM calls, {mode['wall_seconds']} s, "
-                     f"{mode['findings']} findings, evidence ids all known: {mode['evidence_ids_all_known']}")
+        lines.append(
+            f"{mode['mode']}: {len(mode['rounds'])} rounds, {mode['lm_calls']} LM calls, {mode['wall_seconds']} s, "
+            f"{mode['findings']} findings, evidence ids all known: {mode['evidence_ids_all_known']}"
+        )
         for r in mode["rounds"]:
-            lines.append(f"  {r['round'] if isinstance(r['round'], str) else 'round ' + str(r['round'])}: prompt {r['prompt_tokens']} tok, reused {r['reused_tokens']}, "
-                         f"prompt eval {r['prompt_seconds']} s (x{r['prompt_time_vs_round1']} of round 1), "
-                         f"out {r['output_tokens']} tok in {r['generation_seconds']} s [{r['finish']}], "
-                         f"parsed first time: {r['parsed_first_time']}, new {r['new']}")
+            lines.append(
+                f"  {r['round'] if isinstance(r['round'], str) else 'round ' + str(r['round'])}: "
+                f"prompt {r['prompt_tokens']} tok, reused {r['reused_tokens']}, "
+                f"prompt eval {r['prompt_seconds']} s (x{r['prompt_time_vs_round1']} of round 1), "
+                f"out {r['output_tokens']} tok in {r['generation_seconds']} s [{r['finish']}], "
+                f"parsed first time: {r['parsed_first_time']}, new {r['new']}"
+            )
         if mode["error"]:
             lines.append(f"  last error: {mode['error'][:200]}")
     lines.append("")
-    lines.append("first LM answer parsed: " + ", ".join(f"{m['mode']} {m['parsed_first_time']}" for m in result["modes"]))
+    lines.append(
+        "first LM answer parsed: " + ", ".join(f"{m['mode']} {m['parsed_first_time']}" for m in result["modes"])
+    )
     return "\n".join(lines)
 
 
@@ -248,7 +261,7 @@ def main(argv=None) -> int:
     parser.add_argument("--grammar-tokens", type=int, default=96, help="tokens to write per grammar-speed call")
     args = parser.parse_args(argv)
 
-    started = datetime.now(timezone.utc)
+    started = datetime.now(UTC)
     t0 = time.perf_counter()
     load_start = f"{os.getloadavg()[0]:.2f}"
     instance = load_instance(args.data, args.instance)
@@ -284,8 +297,14 @@ def main(argv=None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     stem = args.out / f"{args.backbone}-{started.strftime('%Y%m%dT%H%M%SZ')}"
     write_text(stem.with_suffix(".txt"), header + "\n" + text + "\n")
-    write_text(stem.with_suffix(".json"), json.dumps(dict(command=command, date=started.isoformat(), wall_seconds=round(wall, 1),
-                                                         **result), indent=1, default=str))
+    write_text(
+        stem.with_suffix(".json"),
+        json.dumps(
+            dict(command=command, date=started.isoformat(), wall_seconds=round(wall, 1), **result),
+            indent=1,
+            default=str,
+        ),
+    )
     print(f"\nsaved {stem}.txt and .json")
     return 0
 

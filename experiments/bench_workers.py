@@ -23,7 +23,7 @@ import platform
 import sys
 import tempfile
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     ratio = serial["seconds"] / parallel["seconds"]
     result = {
         "what": "client-side throughput against a STUB OpenAI-compatible server (no model), fixed delay per call",
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "command": "python experiments/bench_workers.py " + " ".join(argv if argv is not None else sys.argv[1:]),
         "delay_s": args.delay, "rounds": args.rounds, "cpus": os.cpu_count(), "python": platform.python_version(),
         "runs": runs, "speedup": round(ratio, 2), "goal": ">= 6x",
@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     print(text)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     write_text(out / f"{stamp}.json", json.dumps(result, indent=1) + "\n")
     write_text(out / f"{stamp}.txt", text + "\n")
     print(f"-> {out / stamp}.{{json,txt}}")

@@ -21,7 +21,7 @@ import io
 import json
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from tide_dspy import analysis
@@ -30,11 +30,11 @@ from tide_dspy.backbones.providers import rules_of
 from tide_dspy.budget import Estimate, estimate_runs
 from tide_dspy.cli.common import add_cost_options, add_lm_options, cost_limits
 from tide_dspy.data import load_instances
+from tide_dspy.domains import get_setting
 from tide_dspy.evaluation import data_path, evaluate, read_rows, select_instances
 from tide_dspy.metrics import InstanceScore, aggregate, make_judge
 from tide_dspy.programs import build_program, load_program, program_dir
 from tide_dspy.schemas import SETTING_NAMES
-from tide_dspy.domains import get_setting
 from tide_dspy.templates import TemplateLibrary, solved_demos
 from tide_dspy.tracking import tracked_run
 from tide_dspy.util.safe_write import write_text
@@ -215,13 +215,13 @@ def write_meta(path: Path, lm, judge, started: float, extra: dict | None = None,
         # add how the floors were recomputed.
         meta = json.loads(path.read_text())
         meta["floors_recomputed"] = {"command": " ".join(sys.argv),
-                                     "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                                     "date": datetime.now(UTC).isoformat(timespec="seconds"),
                                      "floors": list(FLOORS)}
         path.write_text(json.dumps(meta, indent=2) + "\n")
         return
     meta = {
         "command": " ".join(sys.argv),
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "backbone": describe_lm(lm),
         "judge": getattr(judge, "label", "none"),
         "wall_seconds": round(time.time() - started, 1),
@@ -288,7 +288,9 @@ def table1(args, instances, out, lm, judge, stem: str = "table1") -> dict:
     if COMPILED in methods:
         record_heldout(args, out, records, [i.instance_id for i in instances], judge)
     print("\n".join(lines))
-    return {f"{r['method']}.{c}_f1": r[f"{c}_f1"] for r in records for c in analysis.COMPONENTS if r[f"{c}_f1"] is not None}
+    return {
+        f"{r['method']}.{c}_f1": r[f"{c}_f1"] for r in records for c in analysis.COMPONENTS if r[f"{c}_f1"] is not None
+    }
 
 
 def record_heldout(args, out: Path, records: list[dict], instance_ids: list[str], judge) -> None:
@@ -303,7 +305,7 @@ def record_heldout(args, out: Path, records: list[dict], instance_ids: list[str]
     hygiene = {r["method"]: r for r in csv.DictReader((out / "table1_hygiene.csv").open())}
     floor_name, floor = plots.higher_floor(records)
     entry.setdefault("heldout", {})[out.name] = {
-        "command": " ".join(["python", *sys.argv]), "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "command": " ".join(["python", *sys.argv]), "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "split": args.split, "instances": instance_ids, "judge": getattr(judge, "label", "none"),
         "shuffle_context": args.shuffle_context, "highest_floor": floor_name,
         "methods": {r["method"]: {"retrieval_f1": r["retrieval_f1"], "retrieval_coverage": r["retrieval_coverage"],
@@ -396,7 +398,9 @@ def rounds(args, instances, out, lm, judge) -> dict:
     records = []
     for name, rows in raw.items():
         for k, v in analysis.budget_curve(rows, by_id, range(1, T + 1)).items():
-            records.append({"method": name, "round": k, "coverage": round(v["coverage"], 4), "precision": round(v["precision"], 4)})
+            records.append(
+                {"method": name, "round": k, "coverage": round(v["coverage"], 4), "precision": round(v["precision"], 4)}
+            )
     write_csv(out / "rounds.csv", records)
     plots.rounds(records, out / "rounds.png")
     return {}
@@ -479,13 +483,23 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--setting", required=True, choices=SETTING_NAMES)
     parser.add_argument("--split", default="test")
     parser.add_argument("--data", default=None, help="JSONL file or folder (default: the shared data of the setting)")
-    parser.add_argument("--templates", default=None, help="template library JSON (default: programs/<setting>/<backbone>/templates.json)")
+    parser.add_argument(
+        "--templates",
+        default=None,
+        help="template library JSON (default: programs/<setting>/<backbone>/templates.json)",
+    )
     parser.add_argument("--limit", type=int, default=None)
     parser.add_argument("--instances", nargs="*", default=None, help="only these instance ids")
-    parser.add_argument("--max-context-tokens", type=int, default=None, help="keep instances whose rendered context fits")
+    parser.add_argument(
+        "--max-context-tokens", type=int, default=None, help="keep instances whose rendered context fits"
+    )
     parser.add_argument("--runs", type=int, default=1, help="repeats (distinct rollout ids); spread is reported")
-    parser.add_argument("--rounds", type=int, default=None, help="T (default: the paper's, 10 workspace / 3 repository)")
-    parser.add_argument("--per-round", type=int, default=None, help="k (default: the paper's, 1 workspace / 3 repository)")
+    parser.add_argument(
+        "--rounds", type=int, default=None, help="T (default: the paper's, 10 workspace / 3 repository)"
+    )
+    parser.add_argument(
+        "--per-round", type=int, default=None, help="k (default: the paper's, 1 workspace / 3 repository)"
+    )
     parser.add_argument("--methods", nargs="*", default=None,
                         choices=["single", "multi", "tide", "iter", "iter-demos", COMPILED],
                         help="LM methods of table1 (default: single multi iter tide); the chance floors always run. "

@@ -25,7 +25,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     print(text)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     write_text(out / f"{stamp}.json", json.dumps({"date": stamp, **result}, indent=1) + "\n")
     write_text(out / f"{stamp}.txt", text + "\n")
     print(f"-> {out / stamp}.{{json,txt}}")

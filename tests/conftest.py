@@ -10,7 +10,6 @@ from pathlib import Path
 import dspy
 import pytest
 from dspy.dsp.utils.settings import DEFAULT_CONFIG
-from repo_tree import make_repo
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
@@ -81,6 +80,7 @@ def repository_fixture_instance():
 
 @pytest.fixture
 def repo(tmp_path) -> Path:
-    """The small git repository of repo_tree.make_repo (pkg/ and tools/, one commit), under tmp_path. Modules that need
-    another repository define their own `repo`."""
-    return make_repo(tmp_path)
+    """A committed git checkout with one planted bug (tests/sample_checkout.py)."""
+    from sample_checkout import make_repo
+
+    return make_repo(tmp_path / "repo")

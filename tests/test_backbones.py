@@ -11,8 +11,16 @@ import dspy
 import pytest
 from dspy.lm15 import Config, Message, Request
 
-from tide_dspy.backbones import BACKBONES, LMOptions, adapter_for, describe_lm, get_lm, lm_from_options, resolve
-from tide_dspy.backbones import weights
+from tide_dspy.backbones import (
+    BACKBONES,
+    LMOptions,
+    adapter_for,
+    describe_lm,
+    get_lm,
+    lm_from_options,
+    resolve,
+    weights,
+)
 from tide_dspy.backbones.llamacpp import LlamaCppEngine
 from tide_dspy.backbones.usage import entries_since, lm_usage, usage_mark, usage_tokens
 from tide_dspy.discovery import TIDE
@@ -250,7 +258,10 @@ def test_chat_adapter_runs_unconstrained_through_dspy():
 
 def test_too_long_prompt_names_both_sizes():
     fake = FakeLlama(n_ctx=5)
-    with dspy.context(lm=local_lm(fake)), pytest.raises(Exception, match=r"Requested tokens \(\d+\) exceed context window of 5.*n_ctx") as err:
+    with (
+        dspy.context(lm=local_lm(fake)),
+        pytest.raises(Exception, match=r"Requested tokens \(\d+\) exceed context window of 5.*n_ctx") as err,
+    ):
         dspy.Predict("question -> answer")(question="a rather long question")
     assert "ContextWindowExceeded" in type(err.value).__name__
 

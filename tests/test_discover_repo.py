@@ -9,17 +9,16 @@ from pathlib import Path
 import dspy
 import pytest
 from dspy.utils.dummies import DummyLM
-from repo_tree import BAD_PATCH, GOOD_PATCH, MATHUTIL, REPORT, TEXT, answers, finding, make_repo, write_tree
+from sample_checkout import BAD_PATCH, GOOD_PATCH, MATHUTIL, REPORT, TEXT, answers, finding, make_repo, write_tree
 
 from tide_dspy.cli import discover_cmd
 from tide_dspy.cli.main import main
 from tide_dspy.data import estimate_tokens
+from tide_dspy.domains import NO_GUIDANCE
 from tide_dspy.product import discover_repository, write_report
 from tide_dspy.product.patches import APPLIES, DOES_NOT_APPLY, NO_PATCH, PatchChecker, git_toplevel
 from tide_dspy.product.run import select_files
 from tide_dspy.product.windows import PROMPT_OVERHEAD_TOKENS
-from tide_dspy.domains import NO_GUIDANCE
-
 
 # ---- patches ----
 
@@ -94,11 +93,16 @@ def test_discover_repository_checks_every_patch(repo):
 
 def test_large_context_is_split_into_windows_and_findings_merged(repo):
     # Each window answers from its own context; the repeated answer in round 2 is a re-discovery.
-    lm = DummyLM({
-        "tools/report.py::render": {"findings": json.dumps([finding("render drops rows", ["tools/report.py::render"], "")])},
-        "pkg/mathutil.py::mean": {"findings": json.dumps([finding("mean divides by n - 1", ["pkg/mathutil.py::mean"],
-                                                                  GOOD_PATCH)])},
-    })
+    lm = DummyLM(
+        {
+            "tools/report.py::render": {
+                "findings": json.dumps([finding("render drops rows", ["tools/report.py::render"], "")])
+            },
+            "pkg/mathutil.py::mean": {
+                "findings": json.dumps([finding("mean divides by n - 1", ["pkg/mathutil.py::mean"], GOOD_PATCH)])
+            },
+        }
+    )
     pkg_tokens = sum(estimate_tokens(p.read_text()) for p in (repo / "pkg").glob("*.py"))
     tools_tokens = estimate_tokens(REPORT)
     assert tools_tokens > pkg_tokens
@@ -163,7 +167,7 @@ def reported(tmp_path_factory) -> dict[str, Path]:
     lm = DummyLM(answers(finding("mean divides by n - 1", ["pkg/mathutil.py::mean"], GOOD_PATCH),
                          finding("shout is wrong", ["pkg/text.py::shout"], BAD_PATCH)))
     dspy.configure_cache(enable_disk_cache=False, enable_memory_cache=False)
-    result = discover_repository(make_repo(root), lm=lm, backbone="none-shipped", per_round=2,
+    result = discover_repository(make_repo(root / "repo"), lm=lm, backbone="none-shipped", per_round=2,
                                  progress=lambda line: None)
     return write_report(result, root / "out")
 
@@ -247,8 +251,20 @@ def inject_lm(monkeypatch):
 
 def test_cli_end_to_end_with_templates(repo, tmp_path, inject_lm, capsys):
     library = tmp_path / "templates.json"
-    library.write_text(json.dumps({"templates": [{"id": "t1", "name": "Wrong divisor", "pattern": "an average "
-                                                  "divides by the wrong count", "evidence_flow": ["find a division"]}]}))
+    library.write_text(
+        json.dumps(
+            {
+                "templates": [
+                    {
+                        "id": "t1",
+                        "name": "Wrong divisor",
+                        "pattern": "an average divides by the wrong count",
+                        "evidence_flow": ["find a division"],
+                    }
+                ]
+            }
+        )
+    )
     inject_lm(DummyLM(answers(finding("mean divides by n - 1", ["pkg/mathutil.py::mean"], GOOD_PATCH, "t1",
                                       "the divisor is the count minus one"))))
     out = tmp_path / "report"

@@ -150,9 +150,11 @@ def test_default_action_library_has_one_action_per_probe_type():
 
 def test_actions_and_profile_from_yaml(tmp_path):
     path = tmp_path / "actions.yaml"
-    path.write_text("actions:\n  - id: act_sign\n    type: request_approval\n    description: Ask Dana to e-sign REQ-2207\n"
-                    "    required_parameters: [approver, requisition_id]\n"
-                    "  - type: send_email\n    description: Email the vendor\n")
+    path.write_text(
+        "actions:\n  - id: act_sign\n    type: request_approval\n    description: Ask Dana to e-sign REQ-2207\n"
+        "    required_parameters: [approver, requisition_id]\n"
+        "  - type: send_email\n    description: Email the vendor\n"
+    )
     actions = load_actions(path)
     assert actions[0].id == "act_sign" and actions[0].required_parameters == ["approver", "requisition_id"]
     assert re.fullmatch(r"act_[0-9a-f]{8}", actions[1].id)

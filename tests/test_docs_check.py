@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from scripts import load_script
 
 check_docs = load_script("check_docs", folder="scripts")

@@ -95,7 +95,9 @@ def test_a_resumed_run_adds_instances_and_usage_and_refuses_another_config(tmp_p
     assert json.loads((tmp_path / "summary.json").read_text())["instances"] == [second.instance_id]
 
     other = build_program("iter", "workspace", max_rounds=3, per_round=2)
-    with pytest.raises(ValueError, match=r"config.json: the rows here came from another run configuration \(differs in program"):
+    with pytest.raises(
+        ValueError, match=r"config.json: the rows here came from another run configuration \(differs in program"
+    ):
         evaluate(other, train, out_path=out, lm=RoutedLM(train), progress=False, resume=True)
     evaluate(other, train[:1], out_path=out, lm=RoutedLM(train), progress=False, resume=False)  # starting over is fine
 
@@ -141,7 +143,11 @@ def test_a_failing_instance_is_recorded_scored_zero_and_rerun_on_resume(tmp_path
 
 def test_a_cut_last_line_is_ignored(tmp_path):
     out = tmp_path / "results.jsonl"
-    row = {"instance_id": "a", "score": metrics.score_instance([], [], setting="workspace").model_dump(), "findings": []}
+    row = {
+        "instance_id": "a",
+        "score": metrics.score_instance([], [], setting="workspace").model_dump(),
+        "findings": [],
+    }
     out.write_text(json.dumps(row) + "\n" + '{"instance_id": "b", "sco')
     assert list(read_rows(out)) == ["a"]
 

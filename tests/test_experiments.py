@@ -13,9 +13,9 @@ import pytest
 from dspy.dsp.utils.settings import DEFAULT_CONFIG
 from dspy.utils.dummies import DummyLM
 
-from tide_dspy.templates import TemplateLibrary
-from tide_dspy.schemas import Template
 from scripts import load_script
+from tide_dspy.schemas import Template
+from tide_dspy.templates import TemplateLibrary
 
 
 @dataclass

@@ -34,7 +34,9 @@ from tide_dspy.schemas import Template
 from tide_dspy.shipped import OPTIMIZERS_DIR
 from tide_dspy.templates import TemplateLibrary, solved_demos
 
-TEMPLATES = [Template(id=f"ws-t0{i}", name=f"pattern {i}", pattern=f"shape {i}", evidence_flow=["x"]) for i in range(1, 5)]
+TEMPLATES = [
+    Template(id=f"ws-t0{i}", name=f"pattern {i}", pattern=f"shape {i}", evidence_flow=["x"]) for i in range(1, 5)
+]
 
 
 @pytest.fixture(scope="module")
@@ -254,6 +256,9 @@ def pipeline(tmp_path_factory) -> Pipeline:
     with pytest.MonkeyPatch.context() as patch:
         patch.chdir(root)
         patch.setenv("MLFLOW_TRACKING_URI", uri)
+        # mlflow.set_registry_uri writes MLFLOW_REGISTRY_URI, which configure_tracking prefers: without this, a
+        # store an earlier test configured in this process would receive the registered program.
+        patch.delenv("MLFLOW_REGISTRY_URI", raising=False)
         patch.setenv("TIDE_DATA", str(FIXTURE_DATA))
         dspy.configure(lm=RoutedLM(fixture_instances("workspace"), instruction="Compiled instruction."))
         try:
@@ -368,7 +373,8 @@ def test_the_compile_run_registers_the_program(pipeline, runs):
 
 def test_a_registered_program_loads_and_runs_in_a_fresh_process(pipeline, tmp_path):
     (tmp_path / "load.py").write_text(LOAD_REGISTERED)
-    env = {**os.environ, "MLFLOW_TRACKING_URI": pipeline.uri}
+    # A fresh shell's environment: the registry follows the tracking store (this process's MLflow set its own).
+    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_REGISTRY_URI"} | {"MLFLOW_TRACKING_URI": pipeline.uri}
     done = subprocess.run([sys.executable, "load.py", "models:/tide-workspace-dummy/1", str(Path(__file__).parent)],
                           cwd=tmp_path, capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]

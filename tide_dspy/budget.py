@@ -138,9 +138,17 @@ class Target:
         else:
             size, source = None, "unknown"
         priced = prices or (FREE if lm is not None and serializes_calls(lm) else backbone_prices(name))
-        return cls(name=name, lm=lm, prices=priced, window=size, window_source=source,
-                   max_prompt=None if window else rules.max_prompt_tokens, output=output or (requested_output(lm) if lm is not None else DEFAULT_REQUESTED_OUTPUT),
-                   reasoning=0 if rules.accepts_temperature else REASONING_TOKENS, provider=rules.provider)
+        return cls(
+            name=name,
+            lm=lm,
+            prices=priced,
+            window=size,
+            window_source=source,
+            max_prompt=None if window else rules.max_prompt_tokens,
+            output=output or (requested_output(lm) if lm is not None else DEFAULT_REQUESTED_OUTPUT),
+            reasoning=0 if rules.accepts_temperature else REASONING_TOKENS,
+            provider=rules.provider,
+        )
 
 
 def backbone_of(lm) -> str | None:
@@ -462,7 +470,9 @@ class Estimate:
 
     def table(self) -> str:
         """Markdown: one row per (label, role), then the total, the prices and the notes."""
-        head = "| what | role | model | calls | prompt tokens | cached prompt | output tokens | USD | USD with caching |"
+        head = (
+            "| what | role | model | calls | prompt tokens | cached prompt | output tokens | USD | USD with caching |"
+        )
         lines = [head, "|---|---|---|---|---|---|---|---|---|"]
         for (label, role), t in self.tallies.items():
             prices = self.prices.get(role)

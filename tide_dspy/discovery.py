@@ -17,11 +17,11 @@ from rapidfuzz import fuzz
 
 from tide_dspy.backbones.providers import rules_of
 from tide_dspy.backbones.usage import entries_since, usage_mark, usage_tokens
+from tide_dspy.domains import NO_GUIDANCE, ContextView, Setting, get_setting, render_templates
 from tide_dspy.lexical import linked_groups
 from tide_dspy.retry import call_with_retries, describe_error
 from tide_dspy.scan import Ranking, Scanner, ScanRecord, scan_and_rank
 from tide_dspy.schemas import Finding, Instance, RoundRecord, Template
-from tide_dspy.domains import NO_GUIDANCE, ContextView, Setting, get_setting, render_templates
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +94,9 @@ class DiscoveryProgram(dspy.Module):
         if guidance not in GUIDANCE_KINDS:
             raise ValueError(f"guidance must be one of {GUIDANCE_KINDS}, got {guidance!r}")
         if guidance == "demos" and not demos:
-            raise ValueError("guidance='demos' needs solved examples: pass demos=[...] (see tide_dspy.templates.solved_demos)")
+            raise ValueError(
+                "guidance='demos' needs solved examples: pass demos=[...] (see tide_dspy.templates.solved_demos)"
+            )
         if max_rounds < 1 or per_round < 1:
             raise ValueError(f"max_rounds and per_round must be >= 1, got {max_rounds} and {per_round}")
         if max_attempts < 1:

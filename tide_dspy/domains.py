@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 import random
-from dataclasses import dataclass
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import dspy
@@ -321,7 +321,8 @@ class Setting:
     def render_demo(self, instance: Instance, problem: GoldProblem) -> str:
         """A raw solved example, used in place of templates by the Iter + Demos ablation."""
         case = self.solved_case(instance, problem)
-        return f"Solved example ({instance.instance_id}):\n{case['case_context']}\nProblem: {case['problem']}\nResolution: {case['resolution']}"
+        return (f"Solved example ({instance.instance_id}):\n{case['case_context']}\nProblem: {case['problem']}\n"
+                f"Resolution: {case['resolution']}")
 
 
 MAX_PARAMETER_CHARS = 400  # an e-mail body or a task description; a recipient list of a few names
@@ -433,7 +434,8 @@ class WorkspaceSetting(Setting):
         action = problem.action
         library_action = instance.action(action.action_id) if action else None
         resolution = (
-            f"{library_action.type}: {library_action.description}\nparameters: {json.dumps(action.parameters, ensure_ascii=False)}"
+            f"{library_action.type}: {library_action.description}\n"
+            f"parameters: {json.dumps(action.parameters, ensure_ascii=False)}"
             if library_action and action
             else json.dumps(action.model_dump() if action else {}, ensure_ascii=False)
         )

@@ -13,14 +13,21 @@ from pathlib import Path
 import dspy
 from dspy.utils.saving import get_dependency_versions
 
+from tide_dspy.data.records import describe_record_error
+from tide_dspy.discovery import (
+    TIDE,
+    DiscoveryProgram,
+    FirstListed,
+    LexicalJoin,
+    MultiAgent,
+    RandomBaseline,
+    SingleAgent,
+)
+from tide_dspy.domains import get_setting
+from tide_dspy.schemas import Template
+from tide_dspy.util.jsonio import read_json_file
 from tide_dspy.util.safe_write import write_text
 from tide_dspy.util.secrets import scrub_secrets
-from tide_dspy.data.records import describe_record_error
-from tide_dspy.util.jsonio import read_json_file
-from tide_dspy.discovery import (TIDE, DiscoveryProgram, FirstListed, LexicalJoin, MultiAgent, RandomBaseline,
-                                 SingleAgent)
-from tide_dspy.schemas import Template
-from tide_dspy.domains import get_setting
 
 # method -> (class, fixed config). The paper's ablations are TIDE with other guidance.
 METHODS: dict[str, tuple[type[DiscoveryProgram], dict]] = {
@@ -121,7 +128,9 @@ def save_program(program: DiscoveryProgram, path: str | Path, extra: dict | None
     state["metadata"] = {"dependency_versions": get_dependency_versions()}
     for name, _ in program.named_predictors():
         state[name]["lm"] = None  # the LM is the user's choice at run time (and its state may hold headers)
-    state["tide_extra"] = scrub_secrets({"method": method_of(program), "dspy_version": dspy.__version__, **(extra or {})})
+    state["tide_extra"] = scrub_secrets(
+        {"method": method_of(program), "dspy_version": dspy.__version__, **(extra or {})}
+    )
     return write_text(path, json.dumps(state, indent=2, ensure_ascii=False) + "\n")
 
 
@@ -212,12 +221,16 @@ def load_program(path_or_uri: str | Path) -> DiscoveryProgram:
     try:
         program = DiscoveryProgram.from_config(state["tide_config"])
     except (TypeError, ValueError) as exc:
-        raise ValueError(f"{path}: tide_config does not build a program ({describe_record_error(exc)}); {fix}") from None
+        raise ValueError(
+            f"{path}: tide_config does not build a program ({describe_record_error(exc)}); {fix}"
+        ) from None
     names = [name for name, _ in program.named_predictors()]
     missing = [n for n in names if not isinstance(state.get(n), dict)]
     extra = sorted(set(state) - set(names) - STATE_KEYS)
     if missing or extra:
-        parts = ([f"no predictor state for {missing}"] if missing else []) + ([f"unknown key(s) {extra}"] if extra else [])
+        parts = ([f"no predictor state for {missing}"] if missing else []) + (
+            [f"unknown key(s) {extra}"] if extra else []
+        )
         raise ValueError(f"{path}: {' and '.join(parts)}; {fix}")
     try:
         program.load_state({k: v for k, v in state.items() if k in names})

@@ -23,8 +23,8 @@ from dspy.utils.exceptions import AdapterParseError
 from pydantic import BaseModel
 
 from tide_dspy.backbones.usage import entries_since, usage_mark, usage_tokens
-from tide_dspy.schemas import Finding, Instance
 from tide_dspy.domains import ContextView, get_setting, render_templates
+from tide_dspy.schemas import Finding, Instance
 from tide_dspy.util.fields import field_of
 
 log = logging.getLogger(__name__)

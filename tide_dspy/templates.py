@@ -22,10 +22,10 @@ from tqdm.auto import tqdm
 
 from tide_dspy.abstraction import case_text, source_keys
 from tide_dspy.backbones.usage import entries_usage
-from tide_dspy.util.jsonio import read_json_file
+from tide_dspy.domains import Setting, get_setting
 from tide_dspy.refinement import Refined, refine_template
 from tide_dspy.schemas import GoldProblem, Instance, Template
-from tide_dspy.domains import Setting, get_setting
+from tide_dspy.util.jsonio import read_json_file
 
 log = logging.getLogger(__name__)
 
@@ -161,7 +161,9 @@ class TemplateLibrary:
             return TemplateLibrary(list(self.templates), self.setting, dict(self.meta))
         picked = set(random.Random(seed).sample(range(len(self.templates)), n))
         chosen = [t for i, t in enumerate(self.templates) if i in picked]
-        return TemplateLibrary(chosen, self.setting, {**self.meta, "subset_of": len(self.templates), "subset_seed": seed})
+        return TemplateLibrary(
+            chosen, self.setting, {**self.meta, "subset_of": len(self.templates), "subset_seed": seed}
+        )
 
 
 def _near_duplicate(a: Template, b: Template, threshold: float) -> bool:

@@ -1,7 +1,8 @@
 """One tracked run per command: timing, LM usage, MLflow and provenance.json (`tracked_run`), plus the model registry.
 
-LM usage is counted in backbones.usage. The store is `sqlite:///mlflow.db` (in the working directory) unless MLFLOW_TRACKING_URI names another. mlflow is
-imported only inside the functions that use it, so importing this module stays cheap.
+LM usage is counted in backbones.usage. The store is `sqlite:///mlflow.db` (in the working directory) unless
+MLFLOW_TRACKING_URI names another. mlflow is imported only inside the functions that use it, so importing this
+module stays cheap.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -85,7 +86,7 @@ def record_provenance(folder: str | Path, artifact: str, command: str | None, **
     path = folder / "provenance.json"
     data = read_json_file(path, "") if path.exists() else {}
     data[artifact] = scrub_secrets({"command": command,
-                                    "date": datetime.now(timezone.utc).isoformat(timespec="seconds"), **info})
+                                    "date": datetime.now(UTC).isoformat(timespec="seconds"), **info})
     folder.mkdir(parents=True, exist_ok=True)
     write_json(path, data, ensure_ascii=True)
     return path
@@ -275,7 +276,9 @@ def _register_program(program_path: str | Path, setting: str, backbone: str, par
 
     run = mlflow.active_run()
     name = model_name(setting, backbone)
-    clean = {k: _param_value(v) for k, v in scrub_secrets({k: v for k, v in (params or {}).items() if v is not None}).items()}
+    clean = {
+        k: _param_value(v) for k, v in scrub_secrets({k: v for k, v in (params or {}).items() if v is not None}).items()
+    }
     model = mlflow.initialize_logged_model(name=name, source_run_id=run.info.run_id if run else None,
                                            params=clean, model_type=MODEL_TYPE)
     with tempfile.TemporaryDirectory() as tmp:

@@ -109,8 +109,16 @@ def templates_path(setting: str, backbone: str, templates: str | Path | None, pr
     return Path(templates) if templates else program_dir(setting, backbone, root=programs) / "templates.json"
 
 
-def build_method(setting: str, method: str, shape: ProgramShape, *, templates: Path | None = None, demos: int | None = 3,
-                 data: str | None = None, train_instances: list[Instance] | None = None):
+def build_method(
+    setting: str,
+    method: str,
+    shape: ProgramShape,
+    *,
+    templates: Path | None = None,
+    demos: int | None = 3,
+    data: str | None = None,
+    train_instances: list[Instance] | None = None,
+):
     """A fresh program of `method`; tide reads `templates`; iter-demos takes `demos` solved examples from
     `train_instances` (default: the train split)."""
     from tide_dspy.data import load_instances
@@ -240,7 +248,8 @@ def compile_and_save(selection: Selection, *, lm: LMSource, backbone: str, metho
     and after; save it as programs/<setting>/<backbone>/<method>.json (tide.json for tide) and register it.
 
     With metric scan-recall the validation runs the scan alone (its rounds add nothing the metric sees), so its
-    tables hold the scan recall and no findings. Every evaluation of the search goes to programs/<setting>/<backbone>/compile/trials.jsonl, so a rerun of an
+    tables hold the scan recall and no findings. Every evaluation of the search goes to
+    programs/<setting>/<backbone>/compile/trials.jsonl, so a rerun of an
     interrupted compile replays what was scored (`fresh` starts over). `budget` bounds the search's LM calls (and
     cost); when it stops the search, the best candidate scored so far is saved, the validation after is skipped,
     and a rerun with a larger budget goes on from the log."""

@@ -28,7 +28,9 @@ class LMOptions:
     @classmethod
     def from_namespace(cls, namespace) -> LMOptions:
         """The options an argparse namespace holds; missing ones keep their defaults."""
-        given = {f.name: getattr(namespace, f.name) for f in fields(cls) if getattr(namespace, f.name, None) is not None}
+        given = {
+            f.name: getattr(namespace, f.name) for f in fields(cls) if getattr(namespace, f.name, None) is not None
+        }
         if getattr(namespace, "dry_run", False):
             given["no_check"] = True  # a dry run calls no model, the preflight call included
         return cls(**given)

@@ -128,8 +128,11 @@ def add_lm_options(parser: argparse.ArgumentParser, *, with_backbone: bool = Tru
         parser.add_argument("--backbone", default="local",
                             help="backbone name (local, local-small, gpt-5-mini, ..., openai-compatible) or a raw DSPy "
                                  "model string")
-    parser.add_argument("--judge", default="proxy",
-                        help="judge backbone for identification/resolution, or 'proxy' for the lexical proxy judge, or 'none'")
+    parser.add_argument(
+        "--judge",
+        default="proxy",
+        help="judge backbone for identification/resolution, or 'proxy' for the lexical proxy judge, or 'none'",
+    )
     parser.add_argument("--api-base", default=None,
                         help="where the backbone's calls go: an openai-compatible server (vLLM, llama.cpp server; "
                              "default $TIDE_API_BASE), or a gateway for a hosted backbone (its key goes there too)")
@@ -199,7 +202,9 @@ def add_program_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--templates", default=None, help="template library (default: programs/<setting>/<backbone>/"
                                                      "templates.json)")
     p.add_argument("--rounds", type=positive_int, default=None, help="rounds T (default: the setting's)")
-    p.add_argument("--per-round", type=positive_int, default=None, help="new findings per round k (default: the setting's)")
+    p.add_argument(
+        "--per-round", type=positive_int, default=None, help="new findings per round k (default: the setting's)"
+    )
     p.add_argument("--max-evidence", type=positive_int, default=None,
                    help="the most artifacts one finding may cite (default: the setting's, 4 workspace / 2 repository)")
     p.add_argument("--shuffle-context", type=int, default=None, metavar="SEED",

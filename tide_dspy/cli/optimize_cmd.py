@@ -12,10 +12,23 @@ import sys
 
 from tide_dspy import workflows
 from tide_dspy.backbones import LMOptions, lm_from_options
-from tide_dspy.cli.common import (add_cost_options, add_data_options, add_output_options, add_program_options,
-                                  add_sandbox_options, add_split_options, add_workers_option, check_output_folder,
-                                  command_line, cost_limits, count, percentage, positive_float, positive_int,
-                                  sandbox_options)
+from tide_dspy.cli.common import (
+    add_cost_options,
+    add_data_options,
+    add_output_options,
+    add_program_options,
+    add_sandbox_options,
+    add_split_options,
+    add_workers_option,
+    check_output_folder,
+    command_line,
+    cost_limits,
+    count,
+    percentage,
+    positive_float,
+    positive_int,
+    sandbox_options,
+)
 from tide_dspy.evaluation import format_table
 
 
@@ -73,7 +86,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     t.add_argument("--program", default=None, help="start each trial from this program's instructions (default: "
                                                    "programs/<setting>/<backbone>/tide.json when it exists)")
     add_workers_option(t, "validation instances of a trial")
-    t.add_argument("--trials", type=positive_int, required=True, help="trials to run now (the study resumes across runs)")
+    t.add_argument(
+        "--trials", type=positive_int, required=True, help="trials to run now (the study resumes across runs)"
+    )
     t.add_argument("--storage", default="sqlite:///optuna.db",
                    help="Optuna storage URL (open it with optuna-dashboard). Several `tide tune` processes, on one "
                         "machine or many, share a study through an RDB URL such as postgresql://user@host/db "
@@ -104,8 +119,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "its tests run; each gold problem's fail_to_pass/pass_to_pass tests run at anchor_commit "
                         "with the matched finding's patch, in a temporary copy inside a bubblewrap sandbox (this "
                         "EXECUTES the repository's code and the model's patches; see docs/safety.md)")
-    e.add_argument("--verify-command", default=None, metavar="CMD",
-                   help="pytest command the node ids are appended to (default: python -m pytest -q -p no:cacheprovider)")
+    e.add_argument(
+        "--verify-command",
+        default=None,
+        metavar="CMD",
+        help="pytest command the node ids are appended to (default: python -m pytest -q -p no:cacheprovider)",
+    )
     e.add_argument("--verify-timeout", type=positive_float, default=None, metavar="S",
                    help="seconds per test run (default 120)")
     add_sandbox_options(e, "--verify-repo")
@@ -127,9 +146,13 @@ def _common(args: argparse.Namespace) -> dict:
     """The options every step takes: its instances, its LM (made once the inputs check out), where it writes and
     how it is tracked."""
     options = LMOptions.from_namespace(args)
-    return dict(lm=lambda: lm_from_options(options), backbone=args.backbone, judge=options.judge_spec(args.judge), programs=args.programs,
-                tracking=workflows.Tracking(enabled=not args.no_track, uri=args.tracking_uri,
-                                            command_line=command_line(args)))
+    return dict(
+        lm=lambda: lm_from_options(options),
+        backbone=args.backbone,
+        judge=options.judge_spec(args.judge),
+        programs=args.programs,
+        tracking=workflows.Tracking(enabled=not args.no_track, uri=args.tracking_uri, command_line=command_line(args)),
+    )
 
 
 def _estimating(args: argparse.Namespace) -> dict:

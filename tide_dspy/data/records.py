@@ -27,7 +27,9 @@ def detect_setting(record: dict[str, Any]) -> str:
         return REPOSITORY.name
     if "artifacts" in record:
         return WORKSPACE.name
-    raise ValueError("cannot tell the setting: the record has neither 'candidates' (repository) nor 'artifacts' (workspace)")
+    raise ValueError(
+        "cannot tell the setting: the record has neither 'candidates' (repository) nor 'artifacts' (workspace)"
+    )
 
 
 def instance_from_record(record: dict[str, Any], setting: str | None = None) -> Instance:

@@ -85,7 +85,9 @@ def as_gold_problems(gold) -> list[GoldProblem]:
         try:
             problems.append(GoldProblem.model_validate({"problem_id": f"gold-{i + 1}", **_resolution_fields(g)}))
         except ValidationError as e:
-            raise ValueError(f"gold[{i}]: not a gold problem (needs description, evidence, action or patch): {e}") from None
+            raise ValueError(
+                f"gold[{i}]: not a gold problem (needs description, evidence, action or patch): {e}"
+            ) from None
     return problems
 
 
@@ -103,7 +105,9 @@ def as_findings(findings) -> list[Finding]:
         try:
             out.append(Finding.model_validate(_resolution_fields(f)))
         except ValidationError as e:
-            raise ValueError(f"findings[{j}]: not a finding (needs description, evidence, action or patch): {e}") from None
+            raise ValueError(
+                f"findings[{j}]: not a finding (needs description, evidence, action or patch): {e}"
+            ) from None
     return out
 
 
@@ -203,7 +207,9 @@ def _judge_pairs(keys, gold, findings, matching, judge, setting) -> tuple[dict[t
     for i, j in keys:
         if (i, j) in pairs:
             continue
-        record = PairRecord(gold_index=i, finding_index=j, problem_id=gold[i].problem_id, retrieval=matching.retrieval[i][j])
+        record = PairRecord(
+            gold_index=i, finding_index=j, problem_id=gold[i].problem_id, retrieval=matching.retrieval[i][j]
+        )
         if judge is not None:
             verdict = judge(gold[i], findings[j], setting)
             record.identification = getattr(verdict, "identification", None)
@@ -215,7 +221,9 @@ def _judge_pairs(keys, gold, findings, matching, judge, setting) -> tuple[dict[t
     return pairs, failures
 
 
-def score_instance(gold, findings, judge: Judge | None = None, overlap: OverlapKind = "f1", setting=None) -> InstanceScore:
+def score_instance(
+    gold, findings, judge: Judge | None = None, overlap: OverlapKind = "f1", setting=None
+) -> InstanceScore:
     """Score one instance's findings against its gold problems (see the module docstring for the matching)."""
     gold = as_gold_problems(gold)
     findings = as_findings(findings)

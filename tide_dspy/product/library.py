@@ -12,9 +12,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from tide_dspy.util.jsonio import read_yaml_file
 from tide_dspy.schemas import Action
 from tide_dspy.util.hashing import short_sha256
+from tide_dspy.util.jsonio import read_yaml_file
 
 # type -> (description, required parameters)
 PROBE_ACTION_TYPES: dict[str, tuple[str, list[str]]] = {
@@ -26,18 +26,27 @@ PROBE_ACTION_TYPES: dict[str, tuple[str, list[str]]] = {
     "cancel_meeting": ("Cancel a meeting and tell its attendees.", ["meeting", "reason", "notify_attendees"]),
     "create_meeting_agenda": ("Write the agenda of an upcoming meeting.", ["meeting", "agenda_items", "pre_reads"]),
     "request_access": ("Request access to a system, folder or resource.", ["system", "access_level", "justification"]),
-    "request_approval": ("Ask an approver to approve or sign something.", ["approver", "item", "needed_by", "justification"]),
-    "escalate_to_manager": ("Escalate a blocked issue to a manager.",
-                            ["original_recipient", "escalation_recipient", "urgency_level", "business_impact",
-                             "attempted_contacts"]),
+    "request_approval": (
+        "Ask an approver to approve or sign something.",
+        ["approver", "item", "needed_by", "justification"],
+    ),
+    "escalate_to_manager": (
+        "Escalate a blocked issue to a manager.",
+        ["original_recipient", "escalation_recipient", "urgency_level", "business_impact", "attempted_contacts"],
+    ),
     "delegate_task": ("Hand a task to someone else.", ["assignee", "task_description", "deadline", "priority_level"]),
     "create_task": ("Create a task to track follow-up work.", ["title", "assignee", "due_date", "description"]),
     "update_task_status": ("Update the status of a ticket or task.", ["ticket_id", "new_status", "comment"]),
     "update_document": ("Correct or update a document.", ["document_id", "change_summary", "new_content"]),
     "share_document": ("Share a document with the people who need it.", ["document_id", "recipients", "message"]),
-    "update_project_plan": ("Change a project plan and tell those affected.", ["plan_id", "changes", "rationale", "notify"]),
-    "conduct_review": ("Review a document or change and record the outcome.",
-                       ["document_id", "review_criteria", "feedback_type", "approval_status"]),
+    "update_project_plan": (
+        "Change a project plan and tell those affected.",
+        ["plan_id", "changes", "rationale", "notify"],
+    ),
+    "conduct_review": (
+        "Review a document or change and record the outcome.",
+        ["document_id", "review_criteria", "feedback_type", "approval_status"],
+    ),
     "provide_feedback": ("Give written feedback on a piece of work.", ["recipient", "feedback", "examples"]),
 }
 

@@ -255,10 +255,20 @@ def render_markdown(result: DiscoverResult) -> str:
         if v.flags:
             out += [f"Flags: {md_text(', '.join(v.flags))}", ""]
     if result.skipped:
-        out += ["## Skipped inputs", "", *[f"- {md_text(s['path'])}: {md_text(s['reason'])}" for s in result.skipped], ""]
+        out += [
+            "## Skipped inputs",
+            "",
+            *[f"- {md_text(s['path'])}: {md_text(s['reason'])}" for s in result.skipped],
+            "",
+        ]
     failed = failed_round_lines(result)
     if failed:
-        out += [f"## Failed rounds ({len(failed)} of {len(result.rounds)})", "", *[f"- {md_text(x)}" for x in failed], ""]
+        out += [
+            f"## Failed rounds ({len(failed)} of {len(result.rounds)})",
+            "",
+            *[f"- {md_text(x)}" for x in failed],
+            "",
+        ]
     if result.scans:
         out += ["## Scan: the most suspect artifacts", "", *md_table(SCAN_COLUMNS, scan_rows(result)), ""]
     out += ["## Rounds", "", *md_table(ROUND_COLUMNS, round_rows(result))]
@@ -283,7 +293,10 @@ CSP = "default-src 'none'; style-src 'unsafe-inline'"
 
 def render_html(result: DiscoverResult) -> str:
     e = html_text
-    body = [f"<h1>TIDE discover report: {e(result.target)}</h1>", *[f"<p>{e(line)}</p>" for line in header_lines(result)]]
+    body = [
+        f"<h1>TIDE discover report: {e(result.target)}</h1>",
+        *[f"<p>{e(line)}</p>" for line in header_lines(result)],
+    ]
     if result.notes:
         body.append("<ul>" + "".join(f"<li>{e(n)}</li>" for n in result.notes) + "</ul>")
     if not result.findings:
@@ -316,9 +329,11 @@ def render_html(result: DiscoverResult) -> str:
     if result.scans:
         body.append(html_table("Scan: the most suspect artifacts", SCAN_COLUMNS, scan_rows(result)))
     body.append(html_table("Rounds", ROUND_COLUMNS, round_rows(result)))
-    return (f"<!doctype html><html><head><meta charset='utf-8'>"
-            f"<meta http-equiv='Content-Security-Policy' content=\"{CSP}\"><title>TIDE report: {e(result.target)}</title>"
-            f"<style>{CSS}</style></head><body>{''.join(body)}</body></html>\n")
+    return (
+        f"<!doctype html><html><head><meta charset='utf-8'>"
+        f"<meta http-equiv='Content-Security-Policy' content=\"{CSP}\"><title>TIDE report: {e(result.target)}</title>"
+        f"<style>{CSS}</style></head><body>{''.join(body)}</body></html>\n"
+    )
 
 
 def findings_payload(result: DiscoverResult) -> dict:

@@ -15,7 +15,9 @@ def _checkout_root() -> Path | None:
     (a wheel install: the folder above is site-packages)."""
     marker = PACKAGE_PARENT / "pyproject.toml"
     try:
-        return PACKAGE_PARENT if marker.is_file() and 'name = "tide-dspy"' in marker.read_text(encoding="utf-8") else None
+        return (
+            PACKAGE_PARENT if marker.is_file() and 'name = "tide-dspy"' in marker.read_text(encoding="utf-8") else None
+        )
     except (OSError, UnicodeDecodeError):
         return None
 

@@ -1,5 +1,5 @@
-"""The small git repository of the `tide discover repo` tests (pkg/ and tools/, one commit), the patches checked
-against it, and DummyLM answers that cite its functions. The `repo` fixture (conftest.py) builds it with make_repo."""
+"""A small git checkout (`pkg/` and `tools/`) with one planted bug, and DSPy answers that report findings in it;
+the `repo` fixture in conftest.py builds it."""
 
 from __future__ import annotations
 
@@ -30,7 +30,8 @@ GOOD_PATCH = """diff --git a/pkg/mathutil.py b/pkg/mathutil.py
  def mean(values):
 -    return sum(values) / (len(values) - 1)
 +    return sum(values) / len(values)
-""" + " \n"  # the blank context line of a diff is one space
+
+"""
 BAD_PATCH = """diff --git a/pkg/text.py b/pkg/text.py
 --- a/pkg/text.py
 +++ b/pkg/text.py
@@ -56,9 +57,9 @@ def write_tree(root: Path) -> Path:
     return root
 
 
-def make_repo(parent: Path) -> Path:
-    """The tree as a git repository with one commit, at parent/repo."""
-    root = write_tree(parent / "repo")
+
+def make_repo(root: Path) -> Path:
+    write_tree(root)
     run_git(root, "init", "-q")
     run_git(root, "add", ".")
     run_git(root, "commit", "-qm", "initial")
