@@ -198,11 +198,12 @@ def program_hash(program, *, as_retries: bool = False) -> str:
     """SHA-256 of a program's full state (instructions, demos, config), without any LM it carries.
 
     `as_retries`: the hash of the same state with a round's calls written as `max_retries` (the calls after the
-    first), the form a config.json may carry (programs.with_max_attempts reads it)."""
+    first), the form a config.json may carry (programs.with_max_retries)."""
     state = program.dump_state() if hasattr(program, "dump_state") else {"repr": repr(program)}
-    config = state.get("tide_config")
-    if as_retries and isinstance(config, dict) and "max_attempts" in config:
-        config["max_retries"] = config.pop("max_attempts") - 1
+    if as_retries and isinstance(state.get("tide_config"), dict):
+        from tide_dspy.programs import with_max_retries
+
+        state["tide_config"] = with_max_retries(state["tide_config"])
     for value in state.values():
         if isinstance(value, dict) and "lm" in value:
             value["lm"] = None
@@ -549,9 +550,9 @@ def continued_config(path: Path, now: dict, retries_hash: str | None = None) -> 
                  else f"lacks {', '.join(missing)} (cut off, or written by an older tide-dspy)")
         raise ValueError(f"{path} {state}, so nothing says which program and settings made the rows beside it; "
                          "they cannot be resumed: start over (--fresh / resume=False) or write to another --out")
-    if isinstance(before["program"], dict) and "max_retries" in before["program"]:
-        from tide_dspy.programs import with_max_attempts
+    from tide_dspy.programs import RETRIES_KEY, with_max_attempts
 
+    if isinstance(before["program"], dict) and RETRIES_KEY in before["program"]:
         hash_now = now.get("program_hash") if before["program_hash"] == retries_hash else before["program_hash"]
         before = {**before, "program": with_max_attempts(before["program"]), "program_hash": hash_now}
     changed = [k for k in RESUME_KEYS if before.get(k) != now.get(k)]

@@ -200,6 +200,15 @@ def with_max_attempts(config: dict) -> dict:
     return config
 
 
+def with_max_retries(config: dict) -> dict:
+    """`config` written as with_max_attempts reads it: max_attempts as max_retries = max_attempts - 1."""
+    if "max_attempts" not in config:
+        return config
+    config = dict(config)
+    config[RETRIES_KEY] = config.pop("max_attempts") - 1
+    return config
+
+
 def read_program_state(path_or_uri: str | Path) -> tuple[dict, Path]:
     text = str(path_or_uri)
     path = fetch_program_file(text) if text.startswith(MODEL_URI_SCHEMES) else Path(path_or_uri)
