@@ -22,7 +22,7 @@ args = parser.parse_args()
 
 instance = load_instances(data_path("workspace"), split="test")[0]
 templates = TemplateLibrary.load(args.templates).templates
-program = TIDE("workspace", templates=templates, max_rounds=args.rounds, per_round=1)
+program = TIDE("workspace", templates=templates, max_rounds=args.rounds)
 
 lm = get_lm(args.backbone)
 with dspy.context(lm=lm, adapter=adapter_for(lm)):

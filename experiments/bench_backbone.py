@@ -38,14 +38,14 @@ from dspy.lm15 import Config, Message, Request  # noqa: E402
 from tide_dspy.backbones import describe_lm, get_lm  # noqa: E402
 from tide_dspy.data.records import instance_from_record  # noqa: E402
 from tide_dspy.discovery import TIDE, DiscoveryState  # noqa: E402
-from tide_dspy.domains import get_setting  # noqa: E402
+from tide_dspy.domains import REPOSITORY, WORKSPACE, get_setting  # noqa: E402
 from tide_dspy.schemas import Finding  # noqa: E402
 from tide_dspy.templates import TemplateLibrary  # noqa: E402
 from tide_dspy.util.paths import data_root  # noqa: E402
 from tide_dspy.util.safe_write import write_text  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_DATA = data_root() / "repository" / "swebench_multibug.jsonl"
+DEFAULT_DATA = data_root() / REPOSITORY.name / "swebench_multibug.jsonl"
 DEFAULT_INSTANCE = "pytest-dev__pytest__multi-10"  # the smallest candidate pool (~3k tokens rendered)
 
 
@@ -120,7 +120,7 @@ def grounded_schemas(repository_instance) -> dict[str, dict]:
     from tide_dspy.data import load_instances
     from tide_dspy.domains import ContextView
 
-    workspace = load_instances(ROOT / "tests" / "fixtures" / "instances" / "workspace.jsonl", setting="workspace")[0]
+    workspace = load_instances(ROOT / "tests" / "fixtures" / "instances" / "workspace.jsonl", setting=WORKSPACE.name)[0]
     out = {}
     for instance in (repository_instance, workspace):
         s = get_setting(instance.setting)
@@ -134,7 +134,7 @@ def grammar_main(args, instance, lm_args, started, t0, load_start, argv) -> int:
     toy = {"type": "object", "properties": {"summary": {"type": "string"},
                                             "functions": {"type": "array", "items": {"type": "string"}}},
            "required": ["summary", "functions"]}
-    text = (get_setting("repository").render_context(instance)[:6000]
+    text = (REPOSITORY.render_context(instance)[:6000]
             + "\n\nReport the two most likely bugs in this code as JSON.")
     rows = grammar_speed(args.backbone, {**lm_args, "max_tokens": args.grammar_tokens}, text,
                          {"small schema": toy, **grounded_schemas(instance)}, args.grammar_tokens)
@@ -162,7 +162,7 @@ def grammar_main(args, instance, lm_args, started, t0, load_start, argv) -> int:
 def run_mode(name: str, lm, adapter, instance, rounds: int, per_round: int, templates=None) -> dict:
     """`rounds` TIDE rounds, all of them: TIDE.forward would stop after a round with nothing new, and the
     reuse ratio needs rounds 2 and 3. Each round is TIDE's own `run_round` on the growing state."""
-    program = TIDE("repository", templates=templates, max_rounds=rounds, per_round=per_round, max_attempts=2)
+    program = TIDE(REPOSITORY, templates=templates, max_rounds=rounds, per_round=per_round, max_attempts=2)
     engine = lm.engine
     state, rows, records = DiscoveryState(), [], []
     start_calls = len(engine.calls)
@@ -265,7 +265,7 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     load_start = f"{os.getloadavg()[0]:.2f}"
     instance = load_instance(args.data, args.instance)
-    context = get_setting("repository").render_context(instance)
+    context = REPOSITORY.render_context(instance)
     lm_args = dict(num_threads=args.threads, max_tokens=args.max_tokens, temperature=args.temperature,
                    seed=args.seed, cache=False)
     if args.grammar_only:

@@ -40,9 +40,10 @@ OUT = ROOT / "experiments" / "results" / "bench_prompt_cache"
 def pick_instance(max_tokens: int):
     """The largest repository instance whose rendered context fits `max_tokens` (estimated)."""
     from tide_dspy.data import load_instances
+    from tide_dspy.domains import REPOSITORY
     from tide_dspy.evaluation import data_path, select_instances
 
-    instances = load_instances(data_path("repository"), setting="repository")
+    instances = load_instances(data_path(REPOSITORY.name), setting=REPOSITORY.name)
     fitting = select_instances(instances, max_context_tokens=max_tokens)
     if not fitting:
         raise SystemExit(f"no repository instance fits {max_tokens} tokens")
@@ -54,12 +55,13 @@ def child(args) -> None:
     import dspy
 
     from tide_dspy.backbones import get_lm, prompt_cache
+    from tide_dspy.domains import REPOSITORY
     from tide_dspy.programs import build_program
 
     dspy.configure_cache(enable_disk_cache=False, enable_memory_cache=False)
     instance = pick_instance(args.max_context_tokens)
     lm = get_lm(args.backbone, max_tokens=args.max_tokens, num_threads=args.threads, n_ctx=args.n_ctx, cache=False)
-    program = build_program("iter", "repository", max_rounds=1, per_round=1, max_attempts=1)
+    program = build_program("iter", REPOSITORY, max_rounds=1, per_round=1, max_attempts=1)
     t0 = time.perf_counter()
     with dspy.context(lm=lm, adapter=dspy.JSONAdapter()):
         program(instance)

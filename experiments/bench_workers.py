@@ -35,6 +35,7 @@ sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).res
 from stub_server import StubServer  # noqa: E402
 
 from tide_dspy.cli.main import main as tide  # noqa: E402
+from tide_dspy.domains import WORKSPACE  # noqa: E402
 from tide_dspy.util.safe_write import write_text  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -53,7 +54,7 @@ def instances_file(folder: Path, n: int) -> Path:
 def run(workers: int, data: Path, stub: StubServer, out: Path, rounds: int) -> dict:
     before = len(stub.requests)
     stub.most_in_flight = 0
-    args = ["evaluate", "--method", "iter", "--setting", "workspace", "--split", "test", "--data", str(data),
+    args = ["evaluate", "--method", "iter", "--setting", WORKSPACE.name, "--split", "test", "--data", str(data),
             "--backbone", "openai-compatible", "--api-base", stub.api_base, "--workers", str(workers),
             "--rounds", str(rounds), "--out", str(out), "--fresh", "--no-track", "--judge", "proxy"]
     printed = io.StringIO()

@@ -34,7 +34,7 @@ from stub_server import StubServer  # noqa: E402
 from tide_dspy import workflows  # noqa: E402
 from tide_dspy.budget import PromptCounter  # noqa: E402
 from tide_dspy.data import load_instances  # noqa: E402
-from tide_dspy.domains import get_setting  # noqa: E402
+from tide_dspy.domains import REPOSITORY, WORKSPACE, get_setting  # noqa: E402
 from tide_dspy.evaluation import context_tokens, data_path  # noqa: E402
 from tide_dspy.retry import ATTEMPTS_PER_ROLLOUT  # noqa: E402
 from tide_dspy.schemas import Instance  # noqa: E402
@@ -148,7 +148,7 @@ def main(argv=None) -> int:
     from tide_dspy.backbones import get_lm
 
     counter, records, started = PromptCounter(), [], time.time()
-    for setting, n in (("workspace", args.workspace), ("repository", args.repository)):
+    for setting, n in ((WORKSPACE.name, args.workspace), (REPOSITORY.name, args.repository)):
         if n < 1:
             continue
         data = str(Path(args.data) / setting) if args.data else None

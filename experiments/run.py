@@ -30,11 +30,10 @@ from tide_dspy.backbones.providers import rules_of
 from tide_dspy.budget import Estimate, estimate_runs
 from tide_dspy.cli.common import add_cost_options, add_lm_options, cost_limits
 from tide_dspy.data import load_instances
-from tide_dspy.domains import get_setting
+from tide_dspy.domains import SETTING_NAMES, get_setting, per_setting
 from tide_dspy.evaluation import data_path, evaluate, read_rows, select_instances
 from tide_dspy.metrics import InstanceScore, aggregate, make_judge
 from tide_dspy.programs import build_program, load_program, program_dir
-from tide_dspy.schemas import SETTING_NAMES
 from tide_dspy.templates import TemplateLibrary, solved_demos
 from tide_dspy.tracking import tracked_run
 from tide_dspy.util.safe_write import write_text
@@ -82,8 +81,8 @@ def compiled_program(args, templates: TemplateLibrary | None, T: int, k: int):
     """The --compiled program, shaped as the uncompiled TIDE of this run: the same T, k, artifact order, evidence
     bound and (with --scan) focus, so only what compile changed (the instructions) differs between the two rows."""
     program = load_program(args.compiled)
-    if program.setting_name != args.setting:
-        raise SystemExit(f"--compiled {args.compiled} is a {program.setting_name} program, not {args.setting}")
+    if program.setting.name != args.setting:
+        raise SystemExit(f"--compiled {args.compiled} is a {program.setting.name} program, not {args.setting}")
     if templates is not None and [t.id for t in program.templates] != [t.id for t in templates.templates]:
         raise SystemExit(f"--compiled {args.compiled} holds templates {[t.id for t in program.templates]}, the run's "
                          f"library {[t.id for t in templates.templates]}: pass the library it was compiled with as "
@@ -495,10 +494,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--runs", type=int, default=1, help="repeats (distinct rollout ids); spread is reported")
     parser.add_argument(
-        "--rounds", type=int, default=None, help="T (default: the paper's, 10 workspace / 3 repository)"
+        "--rounds", type=int, default=None, help=f"T (default: the setting's, {per_setting('rounds')})"
     )
     parser.add_argument(
-        "--per-round", type=int, default=None, help="k (default: the paper's, 1 workspace / 3 repository)"
+        "--per-round", type=int, default=None, help=f"k (default: the setting's, {per_setting('per_round')})"
     )
     parser.add_argument("--methods", nargs="*", default=None,
                         choices=["single", "multi", "tide", "iter", "iter-demos", COMPILED],

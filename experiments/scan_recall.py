@@ -46,13 +46,13 @@ def main(argv: list[str] | None = None) -> int:
 
     from tide_dspy.backbones import adapter_for, get_lm
     from tide_dspy.data import load_instances
-    from tide_dspy.domains import ContextView, render_templates
+    from tide_dspy.domains import SETTING_NAMES, ContextView, render_templates
     from tide_dspy.evaluation import data_path, select_instances
     from tide_dspy.scan import Scanner, recall_at
     from tide_dspy.templates import TemplateLibrary
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--setting", required=True, choices=["workspace", "repository"])
+    parser.add_argument("--setting", required=True, choices=SETTING_NAMES)
     parser.add_argument("--backbone", default="local-small")
     parser.add_argument("--split", default="train")
     parser.add_argument("--limit", type=int, default=None)

@@ -13,9 +13,10 @@ import pytest
 from dspy.utils.dummies import DummyLM
 
 from tide_dspy.cli.main import main
+from tide_dspy.domains import WORKSPACE
 from tide_dspy.product import discover_workspace
 from tide_dspy.product.ingest import ingest_workspace
-from tide_dspy.product.library import PROBE_ACTION_TYPES, default_actions, load_actions, load_profile
+from tide_dspy.product.library import default_actions, load_actions, load_profile
 
 FIXTURE = Path(__file__).parent / "fixtures" / "ingest"
 EMAIL_KEYS = ["subject", "sender", "to", "cc", "timestamp", "body"]
@@ -143,7 +144,7 @@ def test_bad_files_are_reported_by_name_and_skipped(workspace):
 
 def test_default_action_library_has_one_action_per_probe_type():
     actions = default_actions()
-    assert [a.type for a in actions] == list(PROBE_ACTION_TYPES)
+    assert [a.type for a in actions] == list(WORKSPACE.action_types)
     assert len({a.id for a in actions}) == len(actions) == 18
     assert next(a for a in actions if a.type == "send_email").required_parameters == ["recipients", "subject", "body"]
 

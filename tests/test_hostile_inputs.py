@@ -1,4 +1,4 @@
-"""Issue 13: `tide` run in a stranger's folder, on hostile or broken input. Each test failed before its fix.
+"""`tide` run in a stranger's folder, on hostile or broken input: each test names one way in and what stops it.
 
 No model: DummyLM answers; small fixtures under tests/fixtures/hostile/ and temporary folders.
 """
@@ -22,6 +22,7 @@ from tide_dspy.cli.main import main
 from tide_dspy.data import safe_files
 from tide_dspy.data.git_tools import GitClone
 from tide_dspy.data.loaders import InvalidRecordError, load_instances, load_with_report
+from tide_dspy.domains import REPOSITORY
 from tide_dspy.evaluation import evaluate, read_rows
 from tide_dspy.product import discover_repository, discover_workspace, write_report
 from tide_dspy.product.ingest import ingest_workspace
@@ -56,7 +57,7 @@ def test_a_programs_folder_in_the_working_directory_is_not_loaded(tmp_path, monk
     stranger = tmp_path / "stranger"
     write(stranger / "programs" / "repository" / "local" / "tide.json", state)
     monkeypatch.chdir(stranger)
-    program, source = choose_program("repository", "local")
+    program, source = choose_program(REPOSITORY, "local")
     assert str(stranger) not in source and program.max_rounds != 7
 
 

@@ -321,7 +321,7 @@ def case_text(case: dict[str, str]) -> str:
 
 
 def check_finding(description: str, why: str, template_text: str, context_text: str = "") -> AbstractionReport:
-    """Specific tokens a finding copies from a template (issue item 5): the template's tokens that appear in the
+    """Specific tokens a finding copies from a template: the template's tokens that appear in the
     finding but not in the finding's own context (a token the context has is the finding's own detail)."""
     allowed = source_keys(context_text) if context_text else set()
     fields = {"description": description, "why": why}

@@ -363,9 +363,7 @@ class Estimator:
 
     def round_messages(self, program, instance: Instance) -> list[tuple[list[dict], int]]:
         """(messages, assumed visible output tokens) of each round call, when every round runs."""
-        from tide_dspy.domains import get_setting
-
-        setting = get_setting(program.setting_name)
+        setting = program.setting
         focus = program.view(instance).ids[:program.focus_size] if program.scanner is not None else None
         view = program.view(instance, focus)
         per_finding = finding_tokens(instance, self.counter)
@@ -380,12 +378,12 @@ class Estimator:
         return out
 
     def scan_messages(self, program, instance: Instance) -> list[tuple[list[dict], int]]:
-        from tide_dspy.domains import get_setting, render_templates
+        from tide_dspy.domains import render_templates
         from tide_dspy.scan import SCAN_MAX_TOKENS
 
         if program.scanner is None:
             return []
-        setting, rate = get_setting(program.setting_name), program.scanner.rate
+        setting, rate = program.setting, program.scanner.rate
         guidance = render_templates(program.scan_templates or program.templates)
         adapter = self._adapter()
         return [(adapter.format(rate.signature, rate.demos,

@@ -23,7 +23,7 @@ from tide_dspy.discovery import (
     RandomBaseline,
     SingleAgent,
 )
-from tide_dspy.domains import get_setting
+from tide_dspy.domains import Setting
 from tide_dspy.schemas import Template
 from tide_dspy.util.jsonio import read_json_file
 from tide_dspy.util.safe_write import write_text
@@ -74,7 +74,7 @@ def _as_templates(templates) -> list[Template]:
     return [t if isinstance(t, Template) else Template.model_validate(t) for t in templates]
 
 
-def build_program(method: str, setting: str, templates=None, demos: list[str] | None = None,
+def build_program(method: str, setting: str | Setting, templates=None, demos: list[str] | None = None,
                   **config) -> DiscoveryProgram:
     """A fresh program. `templates`: a TemplateLibrary, a list of Templates, or a library JSON path.
 
@@ -89,9 +89,7 @@ def build_program(method: str, setting: str, templates=None, demos: list[str] | 
         raise ValueError("method 'tide' needs a template library: pass templates=... (make one with `tide distill`)")
     if method == "iter-demos" and not demos:
         raise ValueError("method 'iter-demos' needs demos=[...] (see tide_dspy.templates.solved_demos)")
-    shape = get_setting(setting)
-    kwargs = {"max_rounds": shape.rounds, "per_round": shape.per_round,
-              **{k: v for k, v in config.items() if v is not None}, **fixed}
+    kwargs = {**{k: v for k, v in config.items() if v is not None}, **fixed}
     if cls is SingleAgent:
         kwargs.pop("max_rounds", None)
         kwargs["per_round"] = kwargs.pop("max_findings", 10)
@@ -264,9 +262,9 @@ def replace_templates(program_path: str | Path, library_path: str | Path | None)
     if getattr(program, "guidance", None) != "templates":
         raise ValueError(f"{program_path}: not a TIDE program with templates (guidance={program.guidance!r})")
     library = TemplateLibrary.load(library_path) if library_path is not None else TemplateLibrary()
-    if library.setting and library.setting != program.setting_name:
+    if library.setting and library.setting != program.setting.name:
         raise ValueError(f"{library_path}: a {library.setting} library, but {program_path} is a "
-                         f"{program.setting_name} program")
+                         f"{program.setting.name} program")
     previous = [t.id for t in program.templates]
     program.templates = list(library.templates)
     extra = {**program.tide_extra, "templates_path": str(library_path) if library_path is not None else None,

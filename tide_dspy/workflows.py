@@ -444,7 +444,7 @@ def evaluation_program(selection: Selection, *, backbone: str, program: str | No
         if shape.shuffle_context is not None:
             built.context_order_seed = shape.shuffle_context
         shape.apply_scan(built)
-        setting, method = built.setting_name, method_of(built)
+        setting, method = built.setting.name, method_of(built)
         if selection.setting and selection.setting != setting:
             raise ValueError(f"--setting {selection.setting} but the program {program} is for {setting}")
         return built, selection.model_copy(update={"setting": setting}), method

@@ -8,7 +8,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from tide_dspy.schemas import SETTING_NAMES
+from tide_dspy.domains import SETTING_NAMES, per_setting
 
 
 def positive_int(text: str) -> int:
@@ -206,7 +206,8 @@ def add_program_options(p: argparse.ArgumentParser) -> None:
         "--per-round", type=positive_int, default=None, help="new findings per round k (default: the setting's)"
     )
     p.add_argument("--max-evidence", type=positive_int, default=None,
-                   help="the most artifacts one finding may cite (default: the setting's, 4 workspace / 2 repository)")
+                   help="the most artifacts one finding may cite "
+                        f"(default: the setting's, {per_setting('max_evidence')})")
     p.add_argument("--shuffle-context", type=int, default=None, metavar="SEED",
                    help="show the artifacts in a seeded shuffled order (to measure position effects)")
     p.add_argument("--scan", type=positive_int, default=None, metavar="N",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from tide_dspy.cli.common import add_lm_options, positive_int
-from tide_dspy.schemas import SETTING_NAMES
+from tide_dspy.domains import SETTING_NAMES
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -53,11 +53,7 @@ def evidence_label(result: DiscoverResult, artifact_id: str) -> str:
     a = result.artifact(artifact_id)
     if a is None:
         return artifact_id
-    if a.kind == "function":
-        p = a.payload
-        return f"{p.get('path')}:{p.get('start_line')}-{p.get('end_line')} ({artifact_id})"
-    source = result.sources.get(artifact_id)
-    return f"{artifact_id} {a.kind} \"{a.title}\"" + (f" ({source})" if source else "")
+    return get_setting(result.setting).evidence_label(a, result.sources.get(artifact_id))
 
 
 def template_label(result: DiscoverResult, f: Finding) -> str:

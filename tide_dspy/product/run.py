@@ -46,24 +46,24 @@ def shipped_file(setting: str, backbone: str, name: str) -> Path | None:
     return path if path.is_file() else None
 
 
-def choose_program(setting: str, backbone: str, program: str | Path | None = None,
+def choose_program(setting: Setting, backbone: str, program: str | Path | None = None,
                    templates: str | Path | None = None, rounds: int | None = None,
                    per_round: int | None = None) -> tuple[DiscoveryProgram, str]:
     """(program, a sentence saying which program was used and why)."""
     from tide_dspy.templates import TemplateLibrary
 
-    shipped = shipped_file(setting, backbone, "tide.json")
+    shipped = shipped_file(setting.name, backbone, "tide.json")
     if program is not None or shipped is not None:
         loaded = load_program(program if program is not None else shipped)
-        if loaded.setting_name != setting:
-            raise ValueError(f"{program or shipped}: this program was compiled for the {loaded.setting_name} setting, "
-                             f"not {setting}; pass a {setting} program")
+        if loaded.setting is not setting:
+            raise ValueError(f"{program or shipped}: this program was compiled for the {loaded.setting.name} setting, "
+                             f"not {setting.name}; pass a {setting.name} program")
         source = f"program {program}" if program is not None else f"shipped program {shipped} (compiled for {backbone})"
         if templates is not None:
             loaded.templates = list(TemplateLibrary.load(templates).templates)
             source += f", with templates from {templates}"
     else:
-        library_path = templates if templates is not None else shipped_file(setting, backbone, "templates.json")
+        library_path = templates if templates is not None else shipped_file(setting.name, backbone, "templates.json")
         if library_path is not None:
             loaded = build_program("tide", setting, templates=library_path)
             origin = "" if templates is not None else f"shipped for {backbone}, "
@@ -208,7 +208,7 @@ def run_discovery(instance: Instance, *, lm, backbone: str, program: str | Path 
     """Choose the program for the instance's setting, split the context into windows and run it on each, with the
     adapter that parses best on `lm` (backbones.lm_context) scoped around the calls."""
     setting = get_setting(instance.setting)
-    tide, source = choose_program(setting.name, backbone, program, templates, rounds, per_round)
+    tide, source = choose_program(setting, backbone, program, templates, rounds, per_round)
     if scan is not None:
         tide.use_scan(scan)
         source += f", scanning first (focus {scan})"
@@ -229,7 +229,7 @@ def estimate_discovery(instance: Instance, *, lm, backbone: str, program: str | 
     from tide_dspy.budget import Estimate, Estimator, Target
 
     setting = get_setting(instance.setting)
-    tide, source = choose_program(setting.name, backbone, program, templates, rounds, per_round)
+    tide, source = choose_program(setting, backbone, program, templates, rounds, per_round)
     if scan is not None:
         tide.use_scan(scan)
     progress(f"using {source}")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-DATA_ENV = "TIDE_DATA"  # the only data-folder variable (TIDE_SHARED_DATA, once read by the tests, is gone)
+DATA_ENV = "TIDE_DATA"  # the only environment variable that names the data folder
 PACKAGE_PARENT = Path(__file__).resolve().parents[2]
 
 
