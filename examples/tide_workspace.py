@@ -11,7 +11,7 @@ import dspy
 from tide_dspy import TIDE
 from tide_dspy.backbones import adapter_for, get_lm
 from tide_dspy.data import load_instances
-from tide_dspy.evaluation import data_path
+from tide_dspy.data.selection import data_path
 from tide_dspy.templates import TemplateLibrary
 
 parser = argparse.ArgumentParser()

@@ -40,8 +40,8 @@ OUT = ROOT / "experiments" / "results" / "bench_prompt_cache"
 def pick_instance(max_tokens: int):
     """The largest repository instance whose rendered context fits `max_tokens` (estimated)."""
     from tide_dspy.data import load_instances
+    from tide_dspy.data.selection import data_path, select_instances
     from tide_dspy.domains import REPOSITORY
-    from tide_dspy.evaluation import data_path, select_instances
 
     instances = load_instances(data_path(REPOSITORY.name), setting=REPOSITORY.name)
     fitting = select_instances(instances, max_context_tokens=max_tokens)

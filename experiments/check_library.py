@@ -18,8 +18,8 @@ import sys
 def source_cases(setting: str, data: str | None) -> dict[str, str]:
     from tide_dspy.abstraction import case_text
     from tide_dspy.data import load_instances
+    from tide_dspy.data.selection import data_path
     from tide_dspy.domains import get_setting
-    from tide_dspy.evaluation import data_path
     from tide_dspy.templates import solved_cases
 
     instances = load_instances(data_path(setting, data), setting=setting, split="train")

@@ -25,18 +25,19 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from tide_dspy import analysis
-from tide_dspy.backbones import LMOptions, describe_lm, lm_context, lm_from_options
+from tide_dspy.backbones import LMOptions, add_lm_options, describe_lm, lm_context, lm_from_options
 from tide_dspy.backbones.providers import rules_of
-from tide_dspy.budget import Estimate, estimate_runs
-from tide_dspy.cli.common import add_cost_options, add_lm_options, cost_limits
+from tide_dspy.budget import Estimate, Limits, add_cost_options, estimate_runs
 from tide_dspy.data import load_instances
+from tide_dspy.data.selection import data_path, select_instances
 from tide_dspy.domains import SETTING_NAMES, get_setting, per_setting
-from tide_dspy.evaluation import data_path, evaluate, read_rows, select_instances
+from tide_dspy.evaluation import evaluate, read_rows
 from tide_dspy.metrics import InstanceScore, aggregate, make_judge
-from tide_dspy.programs import build_program, load_program, program_dir
-from tide_dspy.templates import TemplateLibrary, solved_demos
+from tide_dspy.programs import load_program, program_dir
+from tide_dspy.templates import TemplateLibrary
 from tide_dspy.tracking import tracked_run
 from tide_dspy.util.safe_write import write_text
+from tide_dspy.workflows import ProgramShape, build_method
 
 sys.path.insert(0, str(Path(__file__).parent))
 import plots  # noqa: E402
@@ -87,37 +88,25 @@ def compiled_program(args, templates: TemplateLibrary | None, T: int, k: int):
         raise SystemExit(f"--compiled {args.compiled} holds templates {[t.id for t in program.templates]}, the run's "
                          f"library {[t.id for t in templates.templates]}: pass the library it was compiled with as "
                          "--templates")
-    program.max_rounds, program.per_round = T, k
-    program.context_order_seed = args.shuffle_context
-    if args.max_evidence:
-        program.max_evidence = args.max_evidence
-    if args.scan:
-        program.use_scan(args.focus_size)
+    scan = args.focus_size if args.scan else None
+    ProgramShape(rounds=T, per_round=k, max_evidence=args.max_evidence, scan=scan).apply(program)
+    program.context_order_seed = args.shuffle_context  # None too: the uncompiled TIDE's order
     return program
 
 
 def make_program(method: str, args, templates: TemplateLibrary | None = None, rounds: int | None = None):
-    shape = get_setting(args.setting)
-    T, k = rounds or args.rounds or shape.rounds, args.per_round or shape.per_round
+    setting = get_setting(args.setting)
+    T, k = rounds or args.rounds or setting.rounds, args.per_round or setting.per_round
     if method == COMPILED:
         return compiled_program(args, templates, T, k)
-    shown = dict(context_order_seed=args.shuffle_context, max_evidence=args.max_evidence)
-    if args.scan and method not in FLOORS:
-        # Every LM method gets the same scan (TIDE's library as the scan's guidance, so the scan calls are the
-        # same prompts and DSPy's cache answers them once); only the rounds differ.
-        shown.update(scan=True, focus_size=args.focus_size)
-        if method != "tide" and templates:
-            shown["scan_templates"] = templates.templates
-    if method in ("tide", "iter"):
-        return build_program(method, args.setting, templates=templates.templates if templates else None,
-                             max_rounds=T, per_round=k, **shown)
-    if method == "iter-demos":
-        train = load_instances(data_path(args.setting, args.data), setting=args.setting, split="train")
-        return build_program(method, args.setting, demos=solved_demos(train, args.setting, args.demos),
-                             max_rounds=T, per_round=k, **shown)
-    if method in ("multi", *FLOORS):
-        return build_program(method, args.setting, max_rounds=T, per_round=k, **shown)
-    return build_program("single", args.setting, max_findings=T * k, **shown)
+    # Every LM method gets the same scan (TIDE's library as the scan's guidance, so the scan calls are the same
+    # prompts and DSPy's cache answers them once); only the rounds differ.
+    scan = args.focus_size if args.scan and method not in FLOORS else None
+    shape = ProgramShape(rounds=T, per_round=k, max_evidence=args.max_evidence, shuffle_context=args.shuffle_context,
+                         scan=scan)
+    return build_method(args.setting, method, shape, templates=templates, demos=args.demos, data=args.data,
+                        scan_templates=templates.templates if scan and method != "tide" and templates else None,
+                        max_findings=T * k)
 
 
 # ---- raw runs ----
@@ -150,7 +139,7 @@ def run_raw(args, plan: dict[str, object], instances: list, out: Path, lm, judge
                 if args.floors_only and name not in FLOORS:
                     continue  # its rows were checked above
                 evaluate(program, [inst], judge=judge, out_path=path, resume=True, progress=False, lm=run_lm,
-                         method=name, limits=cost_limits(args))
+                         method=name, limits=Limits.from_namespace(args))
                 row = read_rows(path)[inst.instance_id]
                 status = (f" ERROR {row['error']}" if row.get("error") else f" SKIPPED {row['skipped']}"
                           if row.get("skipped") else f" INCOMPLETE {'; '.join(row['incomplete'])}"
@@ -241,7 +230,7 @@ def estimate_table1(args, instances, lm, judge, counter=None) -> Estimate:
     path, note = stand_in_templates(args.setting, args.backbone, args.templates, ROOT / "programs")
     templates = TemplateLibrary.load(path)
     plan = {m: make_program(m, args, templates) for m in table1_methods(args)}
-    targets = estimate_targets(lm, args.backbone, judge, args.judge, cost_limits(args))
+    targets = estimate_targets(lm, args.backbone, judge, args.judge, Limits.from_namespace(args))
     estimate = estimate_runs(plan, instances, estimator_for(lm, targets, counter), targets, runs=args.runs)
     estimate.notes += [f"{len(instances)} {args.setting} instances ({args.split} split) x {args.runs} run(s)",
                        *([note] if note else [])]
@@ -566,17 +555,13 @@ def main(argv=None) -> int:
         started = time.time()
         params = {"split": args.split, "instances": len(instances), "runs": args.runs,
                   "judge": getattr(judge, "label", "none"), **describe_lm(lm)}
-        with tracked_run(f"experiment-{name}", setting=args.setting, backbone=args.backbone, params=params):
-            import mlflow
-
+        with tracked_run(f"experiment-{name}", setting=args.setting, backbone=args.backbone, params=params) as run:
             with lm_context(lm):
                 metrics = EXPERIMENTS[name](args, instances, out, lm, judge)
             write_meta(out / f"meta-{name}.json", lm, judge, started, {
                 "experiment": name, "split": args.split, "instances": [i.instance_id for i in instances],
                 "raw_lm_seconds": raw_seconds(out, instances)}, floors_only=args.floors_only)
-            mlflow.log_metrics({k: float(v) for k, v in metrics.items()})
-            for f in sorted(out.glob("*.*")):
-                mlflow.log_artifact(str(f))
+            run.record(metrics=metrics, files={f: None for f in sorted(out.glob("*.*"))})
     return 0
 
 

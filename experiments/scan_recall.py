@@ -46,8 +46,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from tide_dspy.backbones import adapter_for, get_lm
     from tide_dspy.data import load_instances
+    from tide_dspy.data.selection import data_path, select_instances
     from tide_dspy.domains import SETTING_NAMES, ContextView, render_templates
-    from tide_dspy.evaluation import data_path, select_instances
     from tide_dspy.scan import Scanner, recall_at
     from tide_dspy.templates import TemplateLibrary
 

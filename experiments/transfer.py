@@ -64,8 +64,9 @@ def copied_tokens(rows: list[dict], library, instances: dict, setting) -> dict:
 def main(argv: list[str] | None = None) -> int:
     from tide_dspy.cli.main import main as tide
     from tide_dspy.data import load_instances
+    from tide_dspy.data.selection import data_path
     from tide_dspy.domains import SETTING_NAMES, get_setting
-    from tide_dspy.evaluation import data_path, read_rows
+    from tide_dspy.evaluation import read_rows
     from tide_dspy.templates import TemplateLibrary
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

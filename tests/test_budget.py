@@ -9,6 +9,7 @@ import pytest
 from routed_lm import RoutedLM, fixture_instances
 
 from tide_dspy.backbones.providers import Prices
+from tide_dspy.backbones.usage import entry_cost
 from tide_dspy.budget import (
     DEFAULT_REQUESTED_OUTPUT,
     FREE,
@@ -18,7 +19,6 @@ from tide_dspy.budget import (
     PromptCounter,
     Tally,
     Target,
-    entry_cost,
     optimizer_plan,
     over_window_reason,
     parse_price,

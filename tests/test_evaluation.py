@@ -11,15 +11,8 @@ import pytest
 from routed_lm import RoutedLM, fixture_instances
 
 from tide_dspy import metrics
-from tide_dspy.evaluation import (
-    EvaluationResult,
-    data_path,
-    evaluate,
-    format_table,
-    program_hash,
-    read_rows,
-    select_instances,
-)
+from tide_dspy.data.selection import data_path, select_instances
+from tide_dspy.evaluation import EvaluationResult, evaluate, format_table, program_hash, read_rows
 from tide_dspy.programs import build_program
 
 
@@ -213,7 +206,7 @@ def test_judge_none_leaves_judged_components_unscored(train, tmp_path):
 
 
 def test_select_instances_by_context_size(repository_instance, workspace_instance):
-    from tide_dspy.evaluation import context_tokens
+    from tide_dspy.data.selection import context_tokens
 
     small, large = sorted([repository_instance, workspace_instance], key=context_tokens)
     assert select_instances([large, small], max_context_tokens=context_tokens(small)) == [small]

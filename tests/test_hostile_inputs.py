@@ -391,7 +391,7 @@ def test_negative_counts_are_refused_by_name(argv, message, capsys):
 
 
 def test_negative_max_tokens_and_limit_are_refused_in_the_library_too(monkeypatch):
-    from tide_dspy.evaluation import select_instances
+    from tide_dspy.data.selection import select_instances
 
     with pytest.raises(ValueError, match="max_tokens must be at least 1, got -5"):
         get_lm("openai/x", max_tokens=-5)

@@ -37,19 +37,8 @@ from tide_dspy.retry import describe_error
 from tide_dspy.schemas import Instance
 from tide_dspy.util.hashing import sha256_hex
 from tide_dspy.util.jsonio import read_json_or_none, write_json
-from tide_dspy.util.paths import DATA_ENV, data_root
 
 log = logging.getLogger(__name__)
-
-def data_path(setting: str, data: str | Path | None = None) -> Path:
-    """Where a setting's instances live: --data, else $TIDE_DATA/<setting>, else ../shared/data/<setting> of the
-    repo."""
-    path = Path(data) if data is not None else data_root() / setting
-    if not path.exists():
-        raise FileNotFoundError(f"{path}: no {setting} data here; pass --data PATH or set {DATA_ENV}=<folder with "
-                                f"workspace/ and repository/>")
-    return path
-
 
 class EvaluationResult(BaseModel):
     """What `evaluate` returns: the macro-averaged scores (metrics.aggregate) and the run's counts.
@@ -87,25 +76,6 @@ class EvaluationResult(BaseModel):
     def summary(self, executed: bool) -> dict:
         """The summary.json record (without out_path; `execution` only when tests ran)."""
         return self.model_dump(exclude={"out_path", *(() if executed else ("execution",))})
-
-
-def context_tokens(instance: Instance) -> int:
-    from tide_dspy.data import estimate_tokens
-    from tide_dspy.domains import get_setting
-
-    return estimate_tokens(get_setting(instance.setting).render_context(instance))
-
-
-def select_instances(instances: list[Instance], *, max_context_tokens: int | None = None,
-                     limit: int | None = None) -> list[Instance]:
-    """Instances whose rendered context fits `max_context_tokens` (estimated), smallest first, then the first
-    `limit`."""
-    if limit is not None and limit < 1:
-        raise ValueError(f"limit must be at least 1, got {limit}")
-    if max_context_tokens is not None:
-        sized = sorted(((context_tokens(i), n, i) for n, i in enumerate(instances)), key=lambda x: (x[0], x[1]))
-        instances = [i for tokens, _, i in sized if tokens <= max_context_tokens]
-    return instances[:limit] if limit is not None else instances
 
 
 # What a row must hold to be continued by --resume; a row without one of them is corrupt and its instance reruns.

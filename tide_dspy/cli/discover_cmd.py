@@ -5,16 +5,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from tide_dspy.backbones import LMOptions, lm_from_options
-from tide_dspy.cli.common import (
-    add_cost_options,
-    add_lm_options,
-    add_sandbox_options,
-    check_output_folder,
-    positive_float,
-    positive_int,
-    sandbox_options,
-)
+from tide_dspy.backbones import LMOptions, add_lm_options, lm_from_options
+from tide_dspy.budget import add_cost_options
+from tide_dspy.cli.common import add_sandbox_options, check_output_folder, sandbox_options
+from tide_dspy.util.argtypes import positive_float, positive_int
 from tide_dspy.util.safe_write import OutLock
 
 

@@ -12,8 +12,8 @@ import sys
 
 from tide_dspy import workflows
 from tide_dspy.backbones import LMOptions, lm_from_options
+from tide_dspy.budget import Limits, add_cost_options
 from tide_dspy.cli.common import (
-    add_cost_options,
     add_data_options,
     add_output_options,
     add_program_options,
@@ -22,14 +22,11 @@ from tide_dspy.cli.common import (
     add_workers_option,
     check_output_folder,
     command_line,
-    cost_limits,
-    count,
-    percentage,
-    positive_float,
-    positive_int,
     sandbox_options,
 )
+from tide_dspy.data.selection import Selection
 from tide_dspy.evaluation import format_table
+from tide_dspy.util.argtypes import count, percentage, positive_float, positive_int
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -135,9 +132,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 # ---- options -> library calls ----
 
-def _selection(args: argparse.Namespace) -> workflows.Selection:
+def _selection(args: argparse.Namespace) -> Selection:
     ids = [i.strip() for i in args.ids.split(",") if i.strip()] if args.ids else None
-    return workflows.Selection(setting=args.setting, split=args.split, data=args.data, ids=ids,
+    return Selection(setting=args.setting, split=args.split, data=args.data, ids=ids,
                                max_context_tokens=args.max_context_tokens, limit=args.limit,
                                skip_invalid=args.skip_invalid)
 
@@ -158,7 +155,7 @@ def _common(args: argparse.Namespace) -> dict:
 def _estimating(args: argparse.Namespace) -> dict:
     """The options an estimate takes: the LM (built, never called), backbone, judge, programs and prices."""
     return dict(lm=lambda: lm_from_options(LMOptions.from_namespace(args)), backbone=args.backbone, judge=args.judge,
-                programs=args.programs, limits=cost_limits(args))
+                programs=args.programs, limits=Limits.from_namespace(args))
 
 
 def print_estimate(estimate) -> int:
@@ -254,7 +251,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
     r = workflows.evaluate_split(
         _selection(args), program=args.program, method=args.method, shape=_shape(args), templates=args.templates,
         demos=args.demos, workers=args.workers, out=args.out, resume=args.resume, fresh=args.fresh,
-        verification=verification, check_out=check_output_folder, limits=cost_limits(args), **_common(args))
+        verification=verification, check_out=check_output_folder, limits=Limits.from_namespace(args), **_common(args))
     print(format_table(r.result))
     if r.executed:
         print(execution_line(r.result))
