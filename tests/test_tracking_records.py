@@ -76,7 +76,7 @@ def test_each_command_is_one_finished_run_tagged_with_its_command(commands):
 
 def test_distill_records_its_counts_usage_failures_and_library(commands):
     run = commands["distill-workspace-dummy"]
-    assert run["params"] == COMMON_PARAMS | {"attempts", "cases", "max_templates", "merge_threshold"}
+    assert run["params"] == COMMON_PARAMS | {"max_attempts", "cases", "max_templates", "merge_threshold"}
     assert set(run["metrics"]) == USAGE_METRICS | {"capped", "cases", "draft_mean_abstraction_score", "failed",
                                                    "mean_abstraction_score", "merges", "passed", "seconds",
                                                    "templates"}
