@@ -54,6 +54,7 @@ def experiments(tmp_path_factory, repository_instance) -> Experiments:
     dspy.configure_cache(enable_disk_cache=False, enable_memory_cache=False)
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{root / 'mlflow.db'}")
+        patch.setenv("MLFLOW_REGISTRY_URI", f"sqlite:///{root / 'mlflow.db'}")  # restored when the context ends
         patch.setenv("TIDE_DATA", str(Path(__file__).resolve().parent / "fixtures" / "instances"))
         dspy.configure(lm=DummyLM({"max_new": answer}))
         try:

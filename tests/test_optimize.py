@@ -256,9 +256,9 @@ def pipeline(tmp_path_factory) -> Pipeline:
     with pytest.MonkeyPatch.context() as patch:
         patch.chdir(root)
         patch.setenv("MLFLOW_TRACKING_URI", uri)
-        # mlflow.set_registry_uri writes MLFLOW_REGISTRY_URI, which configure_tracking prefers: without this, a
-        # store an earlier test configured in this process would receive the registered program.
-        patch.delenv("MLFLOW_REGISTRY_URI", raising=False)
+        # mlflow.set_registry_uri writes MLFLOW_REGISTRY_URI, which configure_tracking prefers: set here, the
+        # registry is this store, and the variable is restored when the context ends.
+        patch.setenv("MLFLOW_REGISTRY_URI", uri)
         patch.setenv("TIDE_DATA", str(FIXTURE_DATA))
         dspy.configure(lm=RoutedLM(fixture_instances("workspace"), instruction="Compiled instruction."))
         try:

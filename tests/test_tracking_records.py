@@ -56,6 +56,7 @@ def commands(tmp_path_factory) -> dict[str, dict]:
                                                                        instruction="Compiled instruction.")):
         mp.chdir(tmp)
         mp.setenv("MLFLOW_TRACKING_URI", uri)
+        mp.setenv("MLFLOW_REGISTRY_URI", uri)  # mlflow writes it; set here, it is restored when the context ends
         mp.setenv("TIDE_DATA", str(FIXTURE_DATA))
         dspy.configure_cache(enable_disk_cache=False, enable_memory_cache=False)
         assert main(["distill", *common]) == 0
