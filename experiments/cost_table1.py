@@ -51,7 +51,7 @@ def main(argv=None) -> int:
     for backbone in args.backbones:
         record = {"backbone": backbone, "settings": {}}
         for setting in SETTINGS:
-            run_args = run.build_parser().parse_args([
+            run_args = run.parse_args([
                 "table1", "--setting", setting, "--split", args.split, "--backbone", backbone, "--judge", args.judge,
                 "--runs", str(args.runs), "--methods", *METHODS, "--dry-run",
                 *(["--data", str(Path(args.data) / setting)] if args.data else [])])

@@ -148,14 +148,13 @@ def main(argv=None) -> int:
     from tide_dspy.backbones import get_lm
 
     counter, records, started = PromptCounter(), [], time.time()
-    for setting, n in ((WORKSPACE.name, args.workspace), (REPOSITORY.name, args.repository)):
+    for setting, n in ((WORKSPACE, args.workspace), (REPOSITORY, args.repository)):
         if n < 1:
             continue
-        data = str(Path(args.data) / setting) if args.data else None
-        instances = chosen(setting, data, n)
-        templates = str(ROOT / "programs" / setting / "local" / "templates.json")
-        selection = Selection(setting=setting, split="test", data=data,
-                                        ids=[i.instance_id for i in instances])
+        data = str(Path(args.data) / setting.name) if args.data else None
+        instances = chosen(setting.name, data, n)
+        templates = str(ROOT / "programs" / setting.name / "local" / "templates.json")
+        selection = Selection(setting=setting, split="test", data=data, ids=[i.instance_id for i in instances])
         with StubServer(answer=FindsSomethingNew(instances)) as stub:
             lm = get_lm(BACKBONE, api_base=stub.api_base, cache=False)
             judge = get_lm(JUDGE, api_base=stub.api_base, cache=False)
@@ -171,14 +170,14 @@ def main(argv=None) -> int:
                     tally = estimate.tallies.get((method, role))
                     est_calls, est_prompt = (round(tally.calls), round(tally.prompt)) if tally else (0, 0)
                     got = measured[role]
-                    records.append({"setting": setting, "method": method, "role": role,
+                    records.append({"setting": setting.name, "method": method, "role": role,
                                     "instances": len(instances), "estimated_calls": est_calls,
                                     "sent_calls": got["calls"], "calls_ratio": ratio(est_calls, got["calls"]),
                                     "estimated_prompt_tokens": est_prompt, "sent_prompt_tokens": got["prompt"],
                                     "prompt_ratio": ratio(est_prompt, got["prompt"]),
                                     "failed_instances": run.result.n_failed})
                 records.append(method_total(records[-2:]))
-                print(f"{setting} {method}: done ({len(stub.requests) - before} requests)", flush=True)
+                print(f"{setting.name} {method}: done ({len(stub.requests) - before} requests)", flush=True)
 
     lines = [f"Dry-run estimate against the requests a stub received (tokens: {tokenizer_name()}); goal: "
              f"ratio within 1 +- {GOAL}.", "",

@@ -50,7 +50,8 @@ FLOORS = plots.FLOOR_METHODS
 # ---- inputs ----
 
 def chosen_instances(args) -> list:
-    instances = load_instances(data_path(args.setting, args.data), setting=args.setting, split=args.split)
+    instances = load_instances(data_path(args.setting.name, args.data), setting=args.setting.name,
+                               split=args.split)
     if args.instances:
         wanted = set(args.instances)
         instances = [i for i in instances if i.instance_id in wanted]
@@ -62,16 +63,16 @@ def chosen_instances(args) -> list:
 
 def template_library(args, source_backbone: str | None = None) -> TemplateLibrary:
     path = Path(args.templates) if args.templates and not source_backbone else (
-        program_dir(args.setting, source_backbone or args.backbone, root=ROOT / "programs") / "templates.json")
+        program_dir(args.setting.name, source_backbone or args.backbone, root=ROOT / "programs") / "templates.json")
     if not path.exists():
-        raise SystemExit(f"no template library at {path}: run `tide distill --setting {args.setting} "
+        raise SystemExit(f"no template library at {path}: run `tide distill --setting {args.setting.name} "
                          f"--backbone {source_backbone or args.backbone}` first, or pass --templates")
     return TemplateLibrary.load(path)
 
 
 def raw_name(method: str, rounds: int, args) -> str:
     """Runs with the default T share one raw folder, so table1, steps, budget and rounds reuse each other's calls."""
-    default = args.rounds or get_setting(args.setting).rounds
+    default = args.rounds or args.setting.rounds
     return method if rounds == default else f"{method}-T{rounds}"
 
 
@@ -82,8 +83,8 @@ def compiled_program(args, templates: TemplateLibrary | None, T: int, k: int):
     """The --compiled program, shaped as the uncompiled TIDE of this run: the same T, k, artifact order, evidence
     bound and (with --scan) focus, so only what compile changed (the instructions) differs between the two rows."""
     program = load_program(args.compiled)
-    if program.setting.name != args.setting:
-        raise SystemExit(f"--compiled {args.compiled} is a {program.setting.name} program, not {args.setting}")
+    if program.setting is not args.setting:
+        raise SystemExit(f"--compiled {args.compiled} is a {program.setting.name} program, not {args.setting.name}")
     if templates is not None and [t.id for t in program.templates] != [t.id for t in templates.templates]:
         raise SystemExit(f"--compiled {args.compiled} holds templates {[t.id for t in program.templates]}, the run's "
                          f"library {[t.id for t in templates.templates]}: pass the library it was compiled with as "
@@ -95,7 +96,7 @@ def compiled_program(args, templates: TemplateLibrary | None, T: int, k: int):
 
 
 def make_program(method: str, args, templates: TemplateLibrary | None = None, rounds: int | None = None):
-    setting = get_setting(args.setting)
+    setting = args.setting
     T, k = rounds or args.rounds or setting.rounds, args.per_round or setting.per_round
     if method == COMPILED:
         return compiled_program(args, templates, T, k)
@@ -232,7 +233,7 @@ def estimate_table1(args, instances, lm, judge, counter=None) -> Estimate:
     plan = {m: make_program(m, args, templates) for m in table1_methods(args)}
     targets = estimate_targets(lm, args.backbone, judge, args.judge, Limits.from_namespace(args))
     estimate = estimate_runs(plan, instances, estimator_for(lm, targets, counter), targets, runs=args.runs)
-    estimate.notes += [f"{len(instances)} {args.setting} instances ({args.split} split) x {args.runs} run(s)",
+    estimate.notes += [f"{len(instances)} {args.setting.name} instances ({args.split} split) x {args.runs} run(s)",
                        *([note] if note else [])]
     return estimate
 
@@ -272,7 +273,7 @@ def table1(args, instances, out, lm, judge, stem: str = "table1") -> dict:
     lines += ["", *floor_ratios(records), *completeness_notes(records, skipped)]
     write_text(out / f"{stem}.md", "\n".join(lines) + f"\n\njudge: {getattr(judge, 'label', 'none')}\n")
     plots.table1(records, out / f"{stem}.png",
-                 title=f"{args.setting} / {args.backbone} / judge: {getattr(judge, 'label', 'none')}")
+                 title=f"{args.setting.name} / {args.backbone} / judge: {getattr(judge, 'label', 'none')}")
     if COMPILED in methods:
         record_heldout(args, out, records, [i.instance_id for i in instances], judge)
     print("\n".join(lines))
@@ -379,7 +380,7 @@ def budget(args, instances, out, lm, judge) -> dict:
 
 def rounds(args, instances, out, lm, judge) -> dict:
     templates = template_library(args)
-    T = args.rounds or get_setting(args.setting).rounds
+    T = args.rounds or args.setting.rounds
     plan = {m: make_program(m, args, templates) for m in (*FLOORS, "tide", "iter")}
     raw = run_raw(args, plan, instances, out, lm, judge)
     by_id = {i.instance_id: i for i in instances}
@@ -518,17 +519,24 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv=None) -> int:
+def parse_args(argv=None) -> argparse.Namespace:
+    """The options, checked, with --setting resolved to its Setting (the one lookup of the name)."""
     parser = build_parser()
     args = parser.parse_args(argv)
     if (COMPILED in (args.methods or [])) != bool(args.compiled):
         parser.error(f"--compiled PROGRAM and --methods ... {COMPILED} go together")
+    args.setting = get_setting(args.setting)
     args.backbones = args.backbones or [args.backbone]
     args.template_sources = args.template_sources or args.backbones
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
 
     variant = (f"-shuffled{args.shuffle_context}" if args.shuffle_context is not None else "") + (
         "-scan" if args.scan else "")
-    out = Path(args.out or ROOT / "experiments" / "results" / f"{args.setting}-{args.backbone}{variant}")
+    out = Path(args.out or ROOT / "experiments" / "results" / f"{args.setting.name}-{args.backbone}{variant}")
     instances = chosen_instances(args)
     print(f"{len(instances)} instances: {', '.join(i.instance_id for i in instances)}", flush=True)
     if args.floors_only:
@@ -555,7 +563,8 @@ def main(argv=None) -> int:
         started = time.time()
         params = {"split": args.split, "instances": len(instances), "runs": args.runs,
                   "judge": getattr(judge, "label", "none"), **describe_lm(lm)}
-        with tracked_run(f"experiment-{name}", setting=args.setting, backbone=args.backbone, params=params) as run:
+        with tracked_run(f"experiment-{name}", setting=args.setting.name, backbone=args.backbone,
+                         params=params) as run:
             with lm_context(lm):
                 metrics = EXPERIMENTS[name](args, instances, out, lm, judge)
             write_meta(out / f"meta-{name}.json", lm, judge, started, {

@@ -224,6 +224,22 @@ def test_the_meter_counts_the_calls_and_cost_of_every_lm_since_it_was_made_witho
     assert meter.spent() == (3, 0.75)  # read on from the last entry it saw
 
 
+def test_the_meter_prices_a_call_without_a_reported_cost_at_its_models_prices(monkeypatch):
+    from dspy.clients import base_lm
+
+    from tide_dspy.backbones.providers import Prices
+    from tide_dspy.backbones.usage import Meter
+
+    history = []
+    monkeypatch.setattr(base_lm, "GLOBAL_HISTORY", history)
+    meter = Meter({"openai/gpt-5-mini": Prices(0.25, 2.0, 0.025)})
+    usage = {"prompt_tokens": 10**6, "completion_tokens": 10**5}
+    history += [{"uuid": "a", "cost": None, "model": "openai/gpt-5-mini", "usage": usage},
+                {"uuid": "b", "cost": None, "model": "local/qwen", "usage": usage},  # no price known: 0
+                {"uuid": "c", "cost": 0.1, "model": "openai/gpt-5-mini", "usage": usage}]  # the provider's wins
+    assert meter.spent() == (3, 0.55)
+
+
 def test_engine_builds_a_response_with_usage_and_bounds_max_tokens():
     fake = FakeLlama(reply="the answer", finish="length")
     engine = LlamaCppEngine("qwen2.5-coder-0.5b-instruct", llama=fake, max_tokens=100, seed=5)

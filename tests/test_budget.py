@@ -8,8 +8,8 @@ import dspy
 import pytest
 from routed_lm import RoutedLM, fixture_instances
 
-from tide_dspy.backbones.providers import Prices
-from tide_dspy.backbones.usage import entry_cost
+from tide_dspy.backbones.providers import Prices, ProviderRules
+from tide_dspy.backbones.usage import entries_usage, entry_cost
 from tide_dspy.budget import (
     DEFAULT_REQUESTED_OUTPUT,
     FREE,
@@ -100,6 +100,22 @@ def test_entry_cost_prefers_what_the_provider_reported():
     assert entry_cost({"cost": 0.5, "usage": {"prompt_tokens": 10**6}}, prices) == 0.5
     assert entry_cost({"cost": None, "usage": {"prompt_tokens": 10**6, "completion_tokens": 10**5}}, prices) == 2.0
     assert entry_cost({"usage": {"input_tokens": 10**6}}, None) == 0.0
+
+
+def test_a_run_budget_prices_a_call_as_its_usage_summary_does_cache_reads_included():
+    prices = Prices(0.25, 2.0, 0.025)
+    entry = {"cost": None, "usage": {"prompt_tokens": 1000, "completion_tokens": 100,
+                                     "prompt_tokens_details": {"cached_tokens": 800}}}
+    # 200 plain prompt tokens, 800 at the cache-read price, 100 output: $0.00027 (tokens alone would be $0.00045).
+    assert entry_cost(entry, prices) == pytest.approx(0.00027)
+    rules = ProviderRules("openai", prices=prices)
+    assert entries_usage([entry], "gpt-5-mini", rules)["cost_usd"] == pytest.approx(entry_cost(entry, prices))
+
+
+def test_a_cache_write_costs_the_write_price():
+    prices = Prices(3.0, 15.0, 0.30, cache_write=3.75)
+    entry = {"usage": {"prompt_tokens": 10**6, "completion_tokens": 0, "cache_creation_input_tokens": 10**6}}
+    assert entry_cost(entry, prices) == pytest.approx(3.75)
 
 
 # ---- the rendered prompts ----

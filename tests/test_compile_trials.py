@@ -4,6 +4,7 @@ budget stops it cleanly with the best candidate so far, and a scan-recall compil
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import dspy
@@ -143,11 +144,49 @@ def test_the_budget_stops_the_search_with_the_best_candidate_so_far(tmp_path, le
     assert (opened[0].summary()["replayed"], opened[0].summary()["evaluations"]) == (2, 4)
 
 
+class PricedScanLM(ScanLM):
+    """ScanLM whose every call the provider bills at one cent."""
+
+    def forward(self, *args, **kwargs):
+        response = super().forward(*args, **kwargs)
+        response._hidden_params = {"response_cost": 0.01}
+        return response
+
+
+def test_the_cost_cap_stops_the_search_before_an_evaluation_once_spent(tmp_path, ledgers):
+    train, val = split_train(ledgers)
+    lm = PricedScanLM(ledgers)
+    opened = []
+
+    def capped(metric, planned):
+        opened.append(open_log(tmp_path, budget=Budget(max_cost=0.1))(metric, planned))
+        return opened[-1]
+
+    # 1 proposal call, then 8 scan calls per evaluation at $0.01: the check before the third evaluation sees $0.17.
+    compiled = compile_program(scanning_program(), train, val, "copro", "scan-recall", lm=lm, options=TINY_COPRO,
+                               trials=capped)
+    summary = opened[0].summary()
+    assert summary["stopped"] == "budget of $0.1 reached (17 calls, $0.17)"
+    assert summary["evaluations"] == 2 and lm.scans == 16
+    assert compiled.scanner.rate.signature.instructions == GOOD
+
+
 def test_budget_values_are_checked():
     with pytest.raises(ValueError, match="max-calls"):
         Budget(max_calls=0)
-    with pytest.raises(ValueError, match="max-cost"):
-        Budget(max_cost=-1.0)
+    for usd in (-1.0, 0.0, math.nan, math.inf):
+        with pytest.raises(ValueError, match="max-cost"):
+            Budget(max_cost=usd)
+
+
+@pytest.mark.parametrize("command", ["compile", "evaluate"])
+@pytest.mark.parametrize("usd", ["nan", "inf", "0", "-1"])
+def test_max_cost_takes_a_finite_positive_usd_on_every_command(command, usd, capsys):
+    from tide_dspy.cli.main import build_parser
+
+    with pytest.raises(SystemExit):
+        build_parser().parse_args([command, "--setting", "workspace", "--method", "iter", "--max-cost", usd])
+    assert "--max-cost" in capsys.readouterr().err
 
 
 def test_cli_compile_stops_at_max_calls_saves_the_best_so_far_and_resumes(tmp_path, monkeypatch, capsys):
@@ -177,6 +216,22 @@ def test_cli_compile_stops_at_max_calls_saves_the_best_so_far_and_resumes(tmp_pa
     provenance = json.loads(Path("programs/workspace/dummy/provenance.json").read_text())["tide.json"]
     assert provenance["search"]["stopped"] is None and provenance["val_after"] > provenance["val_before"]
     assert provenance["search"]["candidates"][0]["instructions"]
+
+
+def test_cli_compile_prices_unbilled_calls_at_price_for_max_cost(tmp_path, monkeypatch, capsys):
+    from tide_dspy.cli.main import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("TIDE_DATA", str(FIXTURE_DATA))
+    library = tmp_path / "templates.json"
+    library.write_text(json.dumps({"setting": "workspace", "templates": [
+        {"id": "ws-t01", "name": "n", "pattern": "p", "evidence_flow": ["a", "b"]}]}))
+    dspy.configure(lm=RoutedLM(fixture_instances("workspace"), instruction="Read every artifact twice.", gated=True))
+    # RoutedLM reports 10 prompt tokens a call and no cost: at $100,000 per million prompt tokens, $1 a call.
+    assert main(["compile", "--setting", "workspace", "--backbone", "dummy", "--templates", str(library),
+                 "--no-track", "--rounds", "1", "--opt", "init.breadth=2", "--opt", "init.depth=1",
+                 "--price", "100000,0", "--max-cost", "2"]) == 0
+    assert "stopped early: budget of $2 reached (2 calls, $2)" in capsys.readouterr().err
 
 
 def test_cli_scan_recall_compile_validates_the_scan_alone(tmp_path, monkeypatch, capsys, ledgers):

@@ -8,6 +8,7 @@ import dspy
 import pytest
 from routed_lm import FIXTURE_DATA, RoutedLM, fixture_instances
 
+from tide_dspy import domains
 from tide_dspy.cli.main import main
 from tide_dspy.data.selection import Selection
 from tide_dspy.evaluation import evaluate
@@ -57,7 +58,7 @@ def test_price_overrides_the_map_and_prices_an_unpriced_backbone(lm, capsys):
 
 def test_the_dry_run_counts_the_calls_a_run_makes(lm):
     train = fixture_instances("workspace", "train")
-    estimate = estimate_split(Selection(setting="workspace", split="train", data=WORKSPACE), lm=lm,
+    estimate = estimate_split(Selection(setting=domains.WORKSPACE, split="train", data=WORKSPACE), lm=lm,
                               backbone="local", method="iter", judge="proxy",
                               shape=ProgramShape(rounds=2, per_round=2))
     assert lm.calls == 0

@@ -20,6 +20,7 @@ import pytest
 from dspy.dsp.utils.settings import DEFAULT_CONFIG
 from routed_lm import FIXTURE_DATA, RoutedLM, fixture_instances
 
+from tide_dspy.domains import WORKSPACE
 from tide_dspy.optimize import (
     available_optimizers,
     compile_program,
@@ -163,26 +164,26 @@ def test_bootstrap_adds_demos_when_asked(train):
 def test_compile_builds_iter_demos_from_its_own_train_part(train):
     from tide_dspy.workflows import ProgramShape, build_method
 
-    program = build_method("workspace", "iter-demos", ProgramShape(rounds=2, per_round=1), demos=2,
+    program = build_method(WORKSPACE, "iter-demos", ProgramShape(rounds=2, per_round=1), demos=2,
                            train_instances=train[:1])
     # The demos come from the instances compile trains on, never from its validation part.
-    assert program.demos == solved_demos(train[:1], "workspace", 2) != solved_demos(train[1:], "workspace", 2)
+    assert program.demos == solved_demos(train[:1], WORKSPACE, 2) != solved_demos(train[1:], WORKSPACE, 2)
 
 
 def test_tune_is_a_resumable_sqlite_study(tmp_path, train):
     library = TemplateLibrary(TEMPLATES, "workspace")
     storage = f"sqlite:///{tmp_path / 'optuna.db'}"
     seen = []
-    study = tune("workspace", library, train[:1], lm=RoutedLM(train), n_trials=2, storage=storage,
+    study = tune(WORKSPACE, library, train[:1], lm=RoutedLM(train), n_trials=2, storage=storage,
                  study_name="t", on_trial=lambda trial, value, result: seen.append((trial.params, value)))
     assert len(study.trials) == 2 and len(seen) == 2
     assert set(study.best_params) == {"max_rounds", "per_round", "pool_size", "temperature"}
     assert 1 <= study.best_params["pool_size"] <= 4
     assert study.best_value == max(v for _, v in seen)
-    again = tune("workspace", library, train[:1], lm=RoutedLM(train), n_trials=1, storage=storage, study_name="t")
+    again = tune(WORKSPACE, library, train[:1], lm=RoutedLM(train), n_trials=1, storage=storage, study_name="t")
     assert len(again.trials) == 3
     with pytest.raises(ValueError, match="test split"):
-        tune("workspace", library, [train[0].model_copy(update={"split": "test"})], lm=RoutedLM(train),
+        tune(WORKSPACE, library, [train[0].model_copy(update={"split": "test"})], lm=RoutedLM(train),
              n_trials=1, storage=storage)
 
 
@@ -192,7 +193,7 @@ def test_tune_keeps_the_base_programs_scan_so_scan_recall_can_score_trials(tmp_p
     library = TemplateLibrary(TEMPLATES, "workspace")
     base = TIDE("workspace", templates=TEMPLATES, scan=True, focus_size=2)
     seen = []
-    tune("workspace", library, train[:1], lm=RoutedLM(train), n_trials=1, storage=f"sqlite:///{tmp_path / 'o.db'}",
+    tune(WORKSPACE, library, train[:1], lm=RoutedLM(train), n_trials=1, storage=f"sqlite:///{tmp_path / 'o.db'}",
          metric="scan-recall", base=base, on_trial=lambda trial, value, result: seen.append((value, result)))
     (value, result), = seen
     assert result.scan_recall is not None and value == result.scan_recall

@@ -9,6 +9,7 @@ from routed_lm import RoutedLM, fixture_instances
 
 from tide_dspy.cli.main import build_parser
 from tide_dspy.cli.optimize_cmd import command_line
+from tide_dspy.domains import WORKSPACE
 from tide_dspy.optimize import tune
 from tide_dspy.schemas import Template
 from tide_dspy.templates import TemplateLibrary
@@ -26,7 +27,7 @@ def test_command_line_drops_passwords_from_storage_and_tracking_urls():
 def test_tune_trials_record_the_worker_that_ran_them(tmp_path):
     train = fixture_instances("workspace", "train")
     library = TemplateLibrary([Template(id="ws-t01", name="n", pattern="p", evidence_flow=["x"])], "workspace")
-    study = tune("workspace", library, train[:1], lm=RoutedLM(train), n_trials=2, workers=2,
+    study = tune(WORKSPACE, library, train[:1], lm=RoutedLM(train), n_trials=2, workers=2,
                  storage=f"sqlite:///{tmp_path / 'optuna.db'}", study_name="w")
     assert [t.user_attrs["worker"] for t in study.trials] == [f"{socket.gethostname()}:{os.getpid()}"] * 2
 

@@ -12,7 +12,7 @@ from dspy.utils.dummies import DummyLM
 
 from tide_dspy.data import load_instances
 from tide_dspy.discovery import TIDE, SingleAgent
-from tide_dspy.domains import ContextView
+from tide_dspy.domains import REPOSITORY, ContextView
 from tide_dspy.programs import load_program, save_program
 from tide_dspy.scan import Scanner, Suspect, expected_rating, rank, recall_at
 
@@ -242,7 +242,7 @@ def test_scan_is_refused_for_a_chance_floor_built_or_loaded(tmp_path):
     from tide_dspy.workflows import ProgramShape, build_method
 
     with pytest.raises(ValueError, match="chance floor"):
-        build_method("repository", "first-listed", ProgramShape(scan=4))
+        build_method(REPOSITORY, "first-listed", ProgramShape(scan=4))
     saved = load_program(save_program(build_program("random", "repository"), tmp_path / "r.json"))
     with pytest.raises(ValueError, match="chance floor"):
         ProgramShape(scan=4).apply_scan(saved)

@@ -9,7 +9,7 @@ import pytest
 from dspy.utils.dummies import DummyLM
 from routed_lm import RoutedLM, fixture_instances
 
-from tide_dspy.domains import get_setting
+from tide_dspy.domains import REPOSITORY, WORKSPACE, get_setting
 from tide_dspy.schemas import Template
 from tide_dspy.templates import (
     Distiller,
@@ -17,19 +17,18 @@ from tide_dspy.templates import (
     distill_library,
     distill_one,
     solved_demos,
-    template_id,
 )
 
 
 def tpl(i: int, name: str, pattern: str, source: str | None = None) -> Template:
-    return Template(id=template_id("workspace", i), name=name, pattern=pattern, evidence_flow=["a", "b"],
+    return Template(id=WORKSPACE.template_id(i), name=name, pattern=pattern, evidence_flow=["a", "b"],
                     setting="workspace", source_case=source or f"case-{i}")
 
 
 def test_template_ids_follow_the_setting_prefix_and_widen_when_needed():
-    assert template_id("workspace", 1) == "ws-t01"
-    assert template_id("repository", 7) == "repo-t007"
-    assert template_id("workspace", 7, total=120) == "ws-t007"
+    assert WORKSPACE.template_id(1) == "ws-t01"
+    assert REPOSITORY.template_id(7) == "repo-t007"
+    assert WORKSPACE.template_id(7, total=120) == "ws-t007"
 
 
 def test_distiller_is_one_predictor_on_the_settings_distill_signature(workspace_instance):
@@ -49,7 +48,7 @@ def test_distiller_is_one_predictor_on_the_settings_distill_signature(workspace_
 def test_distill_library_makes_one_template_per_solved_problem():
     instances = fixture_instances("workspace", "train")
     lm = RoutedLM(instances)
-    library = distill_library(instances, "workspace", lm=lm, progress=False)
+    library = distill_library(instances, WORKSPACE, lm=lm, progress=False)
     n_problems = sum(len(i.problems) for i in instances)
     assert library.meta["lm_usage"]["calls"] == n_problems  # every draft passes the check the first time
     assert library.meta["cases"] == library.meta["passed"] == n_problems and library.meta["failures"] == []
@@ -88,7 +87,7 @@ def test_templates_that_never_pass_are_dropped_and_counted(workspace_instance):
     instance = workspace_instance.model_copy(update={"problems": workspace_instance.problems[:3]})
     # case 1: leaky, leaky, abstract (kept); case 2: leaky three times (dropped); case 3: empty three times.
     lm = DummyLM([LEAKY, LEAKY, ABSTRACT, LEAKY, LEAKY, LEAKY, EMPTY, EMPTY, EMPTY])
-    library = distill_library([instance], "workspace", lm=lm, max_attempts=3, progress=False)
+    library = distill_library([instance], WORKSPACE, lm=lm, max_attempts=3, progress=False)
     assert library.meta["lm_usage"]["calls"] == 9
     assert [t.source_case for t in library] == [instance.problems[0].problem_id]
     assert (library.meta["passed"], library.meta["failed"]) == (1, 2)
@@ -103,7 +102,7 @@ def test_templates_that_never_pass_are_dropped_and_counted(workspace_instance):
 def test_distill_library_refuses_a_split_without_solved_problems(workspace_instance):
     unsolved = workspace_instance.model_copy(update={"problems": []})
     with pytest.raises(ValueError, match="no solved workspace problems"):
-        distill_library([unsolved], "workspace", lm=DummyLM([]), progress=False)
+        distill_library([unsolved], WORKSPACE, lm=DummyLM([]), progress=False)
 
 
 def test_merge_near_duplicates_on_name_and_pattern():
@@ -137,7 +136,7 @@ def test_cap_keeps_the_most_general_templates_in_library_order():
 def test_distill_library_caps_the_library(workspace_instance):
     instance = workspace_instance.model_copy(update={"problems": workspace_instance.problems[:3]})
     lm = RoutedLM([instance])
-    library = distill_library([instance], "workspace", lm=lm, max_templates=2, progress=False)
+    library = distill_library([instance], WORKSPACE, lm=lm, max_templates=2, progress=False)
     assert len(library) == 2 and library.meta["capped"] == ["ws-t03"]
     assert set(library.meta["abstraction"]["templates"]) == {"ws-t01", "ws-t02"}
 
@@ -187,16 +186,16 @@ def test_subset_is_seeded_ordered_and_bounded():
 
 def test_solved_demos_are_rendered_round_robin_over_instances():
     instances = fixture_instances("workspace", "train")
-    demos = solved_demos(instances, "workspace", 3)
+    demos = solved_demos(instances, WORKSPACE, 3)
     s = get_setting("workspace")
     a, b = instances
     assert demos == [s.render_demo(a, a.problems[0]), s.render_demo(b, b.problems[0]), s.render_demo(a, a.problems[1])]
-    assert solved_demos(instances, "workspace", 0) == []
+    assert solved_demos(instances, WORKSPACE, 0) == []
 
 
 def test_repository_cases_distill_to_repo_ids(repository_instance):
     lm = RoutedLM([repository_instance])
-    library = distill_library([repository_instance], "repository", lm=lm, progress=False, merge_threshold=None)
+    library = distill_library([repository_instance], REPOSITORY, lm=lm, progress=False, merge_threshold=None)
     assert library.ids[0] == "repo-t001" and len(library) == len(repository_instance.problems)
     outcome = distill_one(Distiller("repository"), repository_instance, repository_instance.problems[0], lm=lm)
     sent = outcome.history[0]["messages"][-1]["content"]

@@ -98,10 +98,6 @@ def rules_for(lm, name: str | None):
         return UNKNOWN
 
 
-def usd(tokens: float, per_million: float) -> float:
-    return tokens * per_million / 1_000_000
-
-
 def requested_output(lm) -> int:
     """The output tokens each call asks for: the LM's max_tokens, else what DSPy's client sends by default."""
     kwargs = getattr(lm, "kwargs", None) or {}
@@ -284,9 +280,7 @@ class Tally:
         """USD at `prices`; with caching, the cached tokens at the cache-read price (where the map has one)."""
         if prices is None:
             return None
-        cached = self.cached if caching and prices.cached_prompt is not None else 0
-        return (usd(self.prompt - cached, prices.prompt) + usd(cached, prices.cached_prompt or 0.0)
-                + usd(self.output, prices.completion))
+        return prices.cost_of(self.prompt, self.output, self.cached if caching else 0)
 
 
 def calls_cost(calls: Iterable[Call], prices: dict[str, Prices | None]) -> float:
@@ -295,7 +289,7 @@ def calls_cost(calls: Iterable[Call], prices: dict[str, Prices | None]) -> float
     for c in calls:
         p = prices.get(c.role)
         if p is not None:
-            total += usd(c.prompt, p.prompt) + usd(c.output, p.completion)
+            total += p.cost_of(c.prompt, c.output)
     return total
 
 
@@ -618,6 +612,21 @@ def optimizer_plan(config: dict, init: dict, comp: dict, n_train: int, n_val: in
 
 # ---- the budget of a running evaluation ----
 
+def check_max_cost(max_cost: float | None) -> None:
+    """--max-cost, the USD cap on LM spend of every command that takes it: None, or a finite number above 0 (nan
+    and inf would switch the cap off)."""
+    if max_cost is not None and not (max_cost > 0 and math.isfinite(max_cost)):
+        raise ValueError(f"--max-cost must be a positive number of USD, got {max_cost}")
+
+
+def add_max_cost_option(p: argparse.ArgumentParser, stops: str) -> None:
+    """--max-cost USD, one option for every command that caps its LM spend; `stops` says where this command checks
+    the cap and what it keeps when it stops."""
+    p.add_argument("--max-cost", type=positive_float, default=None, metavar="USD",
+                   help=f"a cap on the USD the run's LM calls spend (what the provider reports for a call, else "
+                        f"its tokens at the prices; the embedded model costs nothing): {stops}")
+
+
 @dataclass(frozen=True)
 class Limits:
     """What a run may spend and what must fit. None: no budget; prices, window and output from the backbone."""
@@ -629,8 +638,7 @@ class Limits:
     output_tokens: int | None = None
 
     def __post_init__(self):
-        if self.max_cost is not None and not (self.max_cost > 0 and math.isfinite(self.max_cost)):
-            raise ValueError(f"--max-cost must be a positive number of USD, got {self.max_cost}")
+        check_max_cost(self.max_cost)
         if self.context_window is not None and self.context_window < 1:
             raise ValueError(f"--context-window must be at least 1 token, got {self.context_window}")
 
@@ -656,10 +664,8 @@ def add_cost_options(p: argparse.ArgumentParser, budget: bool = False, judge: bo
         p.add_argument("--judge-price", type=price, default=None, metavar="IN,OUT[,CACHED]",
                        help="the same for the judge backbone")
     if budget:
-        p.add_argument("--max-cost", type=positive_float, default=None, metavar="USD",
-                       help="a budget: no instance starts once the USD spent so far (provider-reported, else tokens "
-                            "at the prices) plus its estimated cost would pass USD; finished rows are kept and "
-                            "--resume continues")
+        add_max_cost_option(p, "no instance starts once the USD spent so far plus its estimated cost would pass "
+                               "USD; finished rows are kept and --resume continues")
         p.add_argument("--context-window", type=positive_int, default=None, metavar="TOKENS",
                        help="the backbone's context window for the pre-check that skips instances which cannot fit "
                             "(default: the backbone's, e.g. 200000 for claude-sonnet-4.5)")

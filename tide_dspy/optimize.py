@@ -23,7 +23,7 @@ import yaml
 
 from tide_dspy import metrics
 from tide_dspy.backbones import lm_context
-from tide_dspy.domains import get_setting
+from tide_dspy.domains import Setting
 from tide_dspy.schemas import Instance
 from tide_dspy.shipped import NOT_SHIPPED, OPTIMIZERS_DIR
 from tide_dspy.util.jsonio import read_yaml_file
@@ -314,10 +314,10 @@ def compile_program(
 
 # ---- tune ----
 
-def search_space(setting: str, pool_max: int) -> dict:
+def search_space(setting: Setting, pool_max: int) -> dict:
     """Ranges of the tuned knobs; rounds follow the paper's per-setting shapes."""
     return {
-        **get_setting(setting).tuning_ranges,
+        **setting.tuning_ranges,
         "pool_size": (1, max(1, pool_max)),
         "temperature": (0.0, 1.0),
     }
@@ -344,7 +344,7 @@ def open_study(name: str, storage: str, seed: int = 0, attempts: int = 5):
 
 
 def tune(
-    setting: str,
+    setting: Setting,
     library,
     valset: list[Instance],
     *,
@@ -378,7 +378,7 @@ def tune(
     judge = metrics.make_judge(judge) if isinstance(judge, str) else judge
     space = search_space(setting, len(library))
     worker = f"{socket.gethostname()}:{os.getpid()}"  # which process ran a trial, when several share the study
-    study = open_study(study_name or f"tide-{setting}", storage, seed)
+    study = open_study(study_name or f"tide-{setting.name}", storage, seed)
 
     def objective(trial):
         params = {

@@ -34,11 +34,6 @@ DEFAULT_MAX_TEMPLATES = 32  # the paper's libraries hold a few dozen; this many 
 DEFAULT_MAX_ATTEMPTS = 3
 
 
-def template_id(setting: str | Setting, number: int, total: int = 0) -> str:
-    """ws-t01 / repo-t001 (the setting's template_id_prefix); the width grows when a library outgrows it."""
-    return get_setting(setting).template_id(number, total)
-
-
 def is_solved(problem: GoldProblem) -> bool:
     """A training problem can be distilled only when its reference resolution is known."""
     return bool(problem.patch) or problem.action is not None
@@ -189,7 +184,7 @@ def distill_one(distiller: Distiller, instance: Instance, problem: GoldProblem,
 
 def distill_library(
     instances: list[Instance],
-    setting: str | Setting,
+    setting: Setting,
     *,
     distiller: Distiller | None = None,
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
@@ -205,7 +200,6 @@ def distill_library(
     capped, abstraction (the kept templates' checks and their source cases' specific tokens, the mean score of
     the library and of every case's best draft), lm_usage (the backbone's calls, Refine's copies included).
     """
-    setting = get_setting(setting)
     distiller = distiller or Distiller(setting)
     cases = solved_cases([i for i in instances if i.setting == setting.name])
     if not cases:
@@ -252,13 +246,12 @@ def distill_library(
     return library
 
 
-def solved_demos(instances: list[Instance], setting: str | Setting, n: int) -> list[str]:
+def solved_demos(instances: list[Instance], setting: Setting, n: int) -> list[str]:
     """n solved training problems rendered as raw examples (the Iter + Demos ablation's guidance).
 
     Taken round-robin over the instances (first problem of each, then the second, ...) so that a small n
     still spans several contexts.
     """
-    setting = get_setting(setting)
     per_instance = [solved_cases([i]) for i in instances if i.setting == setting.name]
     cases = [c for layer in zip_longest(*per_instance) for c in layer if c is not None]
     if not cases and n > 0:

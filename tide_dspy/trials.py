@@ -9,9 +9,9 @@ where it stopped. A candidate is named by the hash of its predictors' state, so 
 GEPA, SIMBA) gets this without knowing of it. Bootstrapping optimizers read the traces of a live run, so under a
 trace an evaluation always runs.
 
-`Budget` bounds the LM calls (and, where the provider reports a cost, the dollars) of the whole compile; it is
-checked before each evaluation, so a stop comes at most one evaluation past the bound. `BudgetSpent` is then
-raised through the optimizer, and the best candidate scored so far stands in for its result.
+`Budget` bounds the LM calls and the dollars (the provider's cost, else tokens at the prices) of the whole
+compile; it is checked before each evaluation, so a stop comes at most one evaluation past the bound. `BudgetSpent`
+is then raised through the optimizer, and the best candidate scored so far stands in for its result.
 """
 
 from __future__ import annotations
@@ -25,7 +25,9 @@ from pathlib import Path
 import dspy
 from tqdm import tqdm
 
+from tide_dspy.backbones.providers import Prices
 from tide_dspy.backbones.usage import Meter
+from tide_dspy.budget import check_max_cost
 from tide_dspy.schemas import Finding, Instance, RoundRecord
 from tide_dspy.util.hashing import sha256_hex
 
@@ -40,13 +42,12 @@ class BudgetSpent(BaseException):
 @dataclass(frozen=True)
 class Budget:
     max_calls: int | None = None
-    max_cost: float | None = None  # USD, as the LM history reports it (hosted providers; 0 for the embedded model)
+    max_cost: float | None = None  # USD: the provider's cost of a call, else its tokens at the prices (TrialLog)
 
     def __post_init__(self):
         if self.max_calls is not None and self.max_calls < 1:
             raise ValueError(f"--max-calls must be >= 1, got {self.max_calls}")
-        if self.max_cost is not None and self.max_cost <= 0:
-            raise ValueError(f"--max-cost must be > 0 USD, got {self.max_cost}")
+        check_max_cost(self.max_cost)
 
     def describe(self) -> str:
         parts = ([f"{self.max_calls} LM calls"] if self.max_calls else []) + (
@@ -100,7 +101,7 @@ class TrialLog:
     continued: pass fresh=True (`tide compile --fresh`) or another output folder."""
 
     def __init__(self, folder: str | Path, header: dict, metric, *, budget: Budget = Budget(), fresh: bool = False,
-                 expected: int | None = None, progress: bool = True):
+                 expected: int | None = None, progress: bool = True, prices: dict[str, Prices] | None = None):
         self.path = Path(folder) / LOG_NAME
         self.header, self.metric, self.budget = header, metric, budget
         self.rows: dict[tuple[str, str], dict] = {}
@@ -108,7 +109,7 @@ class TrialLog:
         self.replayed = self.live = 0
         self.live_seconds = 0.0
         self.stopped: str | None = None
-        self.meter = Meter()
+        self.meter = Meter(prices)  # {model: Prices} for the calls whose provider reports no cost
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if fresh and self.path.exists():
             self.path.unlink()

@@ -21,7 +21,7 @@ from tide_dspy import metrics
 from tide_dspy.budget import Estimate, Estimator, Limits, Target, estimate_runs
 from tide_dspy.data.selection import Selection, data_path
 from tide_dspy.discovery import ChanceBaseline
-from tide_dspy.domains import get_setting
+from tide_dspy.domains import Setting
 from tide_dspy.evaluation import EvaluationResult, evaluate, read_rows
 from tide_dspy.programs import build_program, load_program, method_of, program_dir, save_program
 from tide_dspy.sandbox import SandboxOptions
@@ -76,7 +76,7 @@ def _lm(lm: LMSource) -> dspy.BaseLM:
 
 
 def _track(command: str, selection: Selection, backbone: str, tracking: Tracking, params: dict, lms: dict):
-    return tracked_run(command, setting=selection.setting, backbone=backbone, params=params, uri=tracking.uri,
+    return tracked_run(command, setting=selection.setting.name, backbone=backbone, params=params, uri=tracking.uri,
                        enabled=tracking.enabled, command_line=tracking.command_line, lms=lms)
 
 
@@ -87,12 +87,12 @@ def _base_params(selection: Selection, instances: list[Instance], lm, judge: str
             "judge": judge, "lm": describe_lm(lm)}
 
 
-def templates_path(setting: str, backbone: str, templates: str | Path | None, programs: str | Path) -> Path:
+def templates_path(setting: Setting, backbone: str, templates: str | Path | None, programs: str | Path) -> Path:
     """--templates, else programs/<setting>/<backbone>/templates.json."""
-    return Path(templates) if templates else program_dir(setting, backbone, root=programs) / "templates.json"
+    return Path(templates) if templates else program_dir(setting.name, backbone, root=programs) / "templates.json"
 
 
-def build_method(setting: str, method: str, shape: ProgramShape, *, templates=None, demos: int | None = 3,
+def build_method(setting: Setting, method: str, shape: ProgramShape, *, templates=None, demos: int | None = 3,
                  data: str | None = None, train_instances: list[Instance] | None = None, scan_templates=None,
                  max_findings: int | None = None):
     """A fresh program of `method`, the one way every command and experiment builds one.
@@ -107,7 +107,7 @@ def build_method(setting: str, method: str, shape: ProgramShape, *, templates=No
     demo_texts = None
     if method == "iter-demos":
         if train_instances is None:
-            train_instances = load_instances(data_path(setting, data), setting=setting, split="train")
+            train_instances = load_instances(data_path(setting.name, data), setting=setting.name, split="train")
         demo_texts = solved_demos(train_instances, setting, demos)
     built = build_program(method, setting, templates=templates if method == "tide" else None, demos=demo_texts,
                           max_rounds=shape.rounds, per_round=shape.per_round, max_evidence=shape.max_evidence,
@@ -158,7 +158,7 @@ def distill(selection: Selection, *, lm: LMSource, backbone: str, judge: str = "
     if max_cases is not None:
         instances = cap_cases(instances, max_cases)
     lm = _lm(lm)
-    out = program_dir(setting, backbone, root=programs) / "templates.json"
+    out = program_dir(setting.name, backbone, root=programs) / "templates.json"
     params = {**_base_params(selection, instances, lm, judge), "merge_threshold": merge_threshold,
               "max_attempts": max_attempts, "max_templates": max_templates, "cases": len(solved_cases(instances))}
     with _track("distill", selection, backbone, tracking, params, {}) as run:
@@ -222,17 +222,18 @@ def compile_and_save(selection: Selection, *, lm: LMSource, backbone: str, metho
                      optimizer: str = "copro", metric: str = "retrieval-f1", judge: str = "proxy",
                      demos: int | None = None, options: list[str] | None = None, val_fraction: float = 0.25,
                      seed: int = 0, workers: int = 1, register: bool = True, autolog: bool = False,
-                     budget: Budget = Budget(), fresh: bool = False, progress: bool = True,
-                     tracking: Tracking = Tracking()) -> CompileResult:
+                     budget: Budget = Budget(), limits: Limits = Limits(), fresh: bool = False,
+                     progress: bool = True, tracking: Tracking = Tracking()) -> CompileResult:
     """Optimize `method`'s program on the train part of `selection`, scored on its held-out validation part before
     and after; save it as programs/<setting>/<backbone>/<method>.json (tide.json for tide) and register it.
 
     With metric scan-recall the validation runs the scan alone (its rounds add nothing the metric sees), so its
     tables hold the scan recall and no findings. Every evaluation of the search goes to
     programs/<setting>/<backbone>/compile/trials.jsonl, so a rerun of an
-    interrupted compile replays what was scored (`fresh` starts over). `budget` bounds the search's LM calls (and
-    cost); when it stops the search, the best candidate scored so far is saved, the validation after is skipped,
-    and a rerun with a larger budget goes on from the log."""
+    interrupted compile replays what was scored (`fresh` starts over). `budget` bounds the search's LM calls and
+    cost (a call the provider reports no cost for is priced from its tokens at `limits`' prices, else the
+    backbone's and the judge's list prices); when it stops the search, the best candidate scored so far is saved,
+    the validation after is skipped, and a rerun with a larger budget goes on from the log."""
     from tide_dspy.optimize import SCAN_RECALL, aggregate_value, compile_program, parse_options, split_train
     from tide_dspy.scan import ScanOnly
     from tide_dspy.trials import TrialLog
@@ -244,7 +245,7 @@ def compile_and_save(selection: Selection, *, lm: LMSource, backbone: str, metho
     program = build_method(setting, method, shape, templates=library if method == "tide" else None,
                            demos=demos, data=selection.data, train_instances=train)
     lm, judge_model = _lm(lm), metrics.make_judge(judge)
-    folder = program_dir(setting, backbone, root=programs)
+    folder = program_dir(setting.name, backbone, root=programs)
     out = folder / ("tide.json" if method == "tide" else f"{method}.json")
     overrides = parse_options(options)
     params = {**_base_params(selection, instances, lm, judge), "method": method, "optimizer": optimizer,
@@ -253,11 +254,13 @@ def compile_and_save(selection: Selection, *, lm: LMSource, backbone: str, metho
               "train_ids": [i.instance_id for i in train], "val_ids": [i.instance_id for i in val],
               "max_calls": budget.max_calls, "max_cost": budget.max_cost}
     header = compile_header(program, method, metric, judge, lm)
+    targets = estimate_targets(lm, backbone, judge_model, judge, limits)
+    prices = {t.lm.model: t.prices for t in targets.values() if t and t.prices and getattr(t.lm, "model", None)}
     opened: list[TrialLog] = []
 
     def open_trials(score, planned):
         opened.append(TrialLog(folder / "compile", header, score, budget=budget, fresh=fresh, expected=planned,
-                               progress=progress))
+                               progress=progress, prices=prices))
         return opened[-1]
 
     lms = {"backbone": lm, "judge": getattr(judge_model, "lm", None)}
@@ -303,7 +306,7 @@ def compile_and_save(selection: Selection, *, lm: LMSource, backbone: str, metho
             folder / "compile" / "trials.jsonl")}})
         registered = None
         if run.enabled and register:
-            version = register_program(out, setting, backbone,
+            version = register_program(out, setting.name, backbone,
                                        {"metric": metric, "optimizer": optimizer, "run": run.info.run_id})
             registered = f"models:/{version.name}/{version.version}"
     return CompileResult(optimizer=optimizer, metric=metric, n_val=len(val), before=before, after=after,
@@ -339,11 +342,11 @@ def tune_and_save(selection: Selection, *, lm: LMSource, backbone: str, trials: 
     instances = selection.load()
     _, val = split_train(instances, val_fraction, seed)
     library = TemplateLibrary.load(templates_path(setting, backbone, templates, programs))
-    folder = program_dir(setting, backbone, root=programs)
+    folder = program_dir(setting.name, backbone, root=programs)
     compiled = Path(program) if program else folder / "tide.json"
     base = load_program(compiled) if program or compiled.exists() else None
     lm, judge_model = _lm(lm), metrics.make_judge(judge)
-    study_name = study or model_name(setting, backbone)
+    study_name = study or model_name(setting.name, backbone)
     clean_storage = scrub_secrets(storage)  # a postgresql://user:password@host URL must not reach a log or file
     params = {**_base_params(selection, instances, lm, judge), "metric": metric, "storage": clean_storage,
               "study": study_name, "pool_max": len(library), "base_program": str(compiled) if base else None,
@@ -381,14 +384,14 @@ class RepoVerification(BaseModel):
     timeout: float | None = None
     sandbox: SandboxOptions = SandboxOptions()
 
-    def judge(self, setting: str):
+    def judge(self, setting: Setting):
         """The ExecutionJudge, or None without a repo."""
         if self.repo is None:
             if self.command or self.timeout:
                 raise ValueError("--verify-command and --verify-timeout need --verify-repo DIR")
             return None
-        if not get_setting(setting).checks_patches:
-            raise ValueError(f"--verify-repo runs repository tests; it does not apply to the {setting} setting")
+        if not setting.checks_patches:
+            raise ValueError(f"--verify-repo runs repository tests; it does not apply to the {setting.name} setting")
         from tide_dspy.metrics.execution import DEFAULT_TEST_COMMAND, ExecutionJudge
 
         options = {"timeout": self.timeout} if self.timeout else {}
@@ -411,9 +414,9 @@ def evaluation_program(selection: Selection, *, backbone: str, program: str | No
     if program:
         built = load_program(program)
         shape.apply(built)
-        setting, method = built.setting.name, method_of(built)
-        if selection.setting and selection.setting != setting:
-            raise ValueError(f"--setting {selection.setting} but the program {program} is for {setting}")
+        setting, method = built.setting, method_of(built)
+        if selection.setting and selection.setting is not setting:
+            raise ValueError(f"--setting {selection.setting.name} but the program {program} is for {setting.name}")
         return built, selection.model_copy(update={"setting": setting}), method
     if not selection.setting:
         raise ValueError("--method needs --setting")
@@ -437,7 +440,7 @@ def evaluate_split(selection: Selection, *, lm: LMSource, backbone: str, program
     setting = selection.setting
     execute = verification.judge(setting)
     instances = selection.load()
-    out_dir = Path(out) if out else program_dir(setting, backbone, root="runs") / f"{method}-{selection.split}"
+    out_dir = Path(out) if out else program_dir(setting.name, backbone, root="runs") / f"{method}-{selection.split}"
     if check_out is not None:
         check_out(out_dir)
     results = out_dir / "results.jsonl"
@@ -464,7 +467,7 @@ def evaluate_split(selection: Selection, *, lm: LMSource, backbone: str, program
 
 # ---- estimates: what a step would send and what it would cost, without calling a model ----
 
-def stand_in_templates(setting: str, backbone: str, templates: str | Path | None,
+def stand_in_templates(setting: Setting, backbone: str, templates: str | Path | None,
                        programs: str | Path) -> tuple[Path, str | None]:
     """The template library a step reads, or, where the backbone has none yet, the embedded backbone's shipped
     one in its place (with a note saying so): an estimate needs templates of a realistic size."""
@@ -478,11 +481,11 @@ def stand_in_templates(setting: str, backbone: str, templates: str | Path | None
     if path.exists() or templates:
         return path, None
     for root in (Path(programs), PROGRAMS_DIR):
-        stand_in = program_dir(setting, "local", root=root) / "templates.json" if root else None
+        stand_in = program_dir(setting.name, "local", root=root) / "templates.json" if root else None
         if stand_in is not None and stand_in.exists():
             return stand_in, (f"no template library for {backbone} at {shown(path)} yet (`tide distill --setting "
-                              f"{setting} --backbone {backbone}` makes one; its cost is not included): the estimate "
-                              f"reads {shown(stand_in)} in its place")
+                              f"{setting.name} --backbone {backbone}` makes one; its cost is not included): the "
+                              f"estimate reads {shown(stand_in)} in its place")
     return path, None
 
 
@@ -577,7 +580,7 @@ def estimate_tune(selection: Selection, *, lm: LMSource, backbone: str, trials: 
     _, val = split_train(instances, val_fraction, seed)
     path, note = stand_in_templates(setting, backbone, templates, programs)
     library = TemplateLibrary.load(path)
-    compiled = Path(program) if program else program_dir(setting, backbone, root=programs) / "tide.json"
+    compiled = Path(program) if program else program_dir(setting.name, backbone, root=programs) / "tide.json"
     base = load_program(compiled) if program or compiled.exists() else None
     space = search_space(setting, len(library))
     rounds, per_round = space["max_rounds"][1], space["per_round"][1]

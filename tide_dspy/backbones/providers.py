@@ -29,6 +29,15 @@ class Prices:
     source: str = ""
     cache_write: float | None = None  # a cache write, where the provider charges one (Anthropic: 1.25 x prompt)
 
+    def cost_of(self, prompt: float, completion: float, cached: float = 0, cache_write: float = 0) -> float:
+        """USD of these tokens: `cached` (read from the provider's cache) and `cache_write` tokens are part of
+        `prompt` and cost the cache-read and cache-write prices, where there are any, else the prompt price. The one
+        pricing of an LM call, for run budgets, usage summaries and estimates alike."""
+        plain = max(0, prompt - cached - cache_write)
+        return (plain * self.prompt + completion * self.completion
+                + cached * (self.cached_prompt if self.cached_prompt is not None else self.prompt)
+                + cache_write * (self.cache_write if self.cache_write is not None else self.prompt)) / 1_000_000
+
 
 # How the round's JSON schema must be written for a provider (sanitize_schema):
 # - "full": as tide-dspy writes it (the embedded engine and openai-compatible servers compile every keyword);
@@ -78,17 +87,6 @@ class ProviderRules:
         if not self.accepts_seed:
             shaped.pop("seed", None)
         return shaped
-
-    def price_of(self, prompt: int, completion: int, cached: int = 0, cache_write: int = 0) -> float | None:
-        """USD for these token counts at list prices (cached and cache-written tokens are part of `prompt`)."""
-        if self.prices is None:
-            return None
-        p = self.prices
-        plain = max(0, prompt - cached - cache_write)
-        usd = (plain * p.prompt + completion * p.completion
-               + cached * (p.cached_prompt if p.cached_prompt is not None else p.prompt)
-               + cache_write * (p.cache_write if p.cache_write is not None else p.prompt))
-        return usd / 1e6
 
 
 UNKNOWN = ProviderRules("unknown", accepts_temperature=False, accepts_seed=False, schema_dialect="conservative",

@@ -36,27 +36,29 @@ def history_since(history: list[dict], mark: str | None) -> list[dict]:
 
 
 def entry_cost(entry: dict, prices: Prices | None) -> float:
-    """USD of one LM history entry: what the provider reported, else its tokens at `prices` (else 0)."""
+    """USD of one LM history entry: what the provider reported, else its tokens at `prices` (cache reads and writes
+    at their own prices, Prices.cost_of), else 0."""
     if entry.get("cost") is not None:
         return float(entry["cost"])
     if prices is None:
         return 0.0
-    usage = entry.get("usage") or {}
-    prompt = usage.get("prompt_tokens", usage.get("input_tokens")) or 0
-    completion = usage.get("completion_tokens", usage.get("output_tokens")) or 0
-    return int(prompt) * prices.prompt / 1_000_000 + int(completion) * prices.completion / 1_000_000
+    prompt, completion = usage_tokens([entry])
+    read, write = cache_tokens(entry.get("usage") or {})
+    return prices.cost_of(prompt or 0, completion or 0, read or 0, write or 0)
 
 
 class Meter:
     """LM calls and cost since it was made, over every LM of the process (copies included), cache hits left out.
+    A call costs what the provider reported, else its tokens at the prices of its model in `prices` (entry_cost).
 
     It reads DSPy's global history incrementally, so its bound (10,000 entries) matters only between two reads."""
 
-    def __init__(self):
+    def __init__(self, prices: dict[str, Prices] | None = None):
         from dspy.clients.base_lm import GLOBAL_HISTORY
 
         self._history = GLOBAL_HISTORY
         self._last = GLOBAL_HISTORY[-1]["uuid"] if GLOBAL_HISTORY else None
+        self.prices = prices or {}
         self.calls, self.cost = 0, 0.0
 
     def spent(self) -> tuple[int, float]:
@@ -65,7 +67,7 @@ class Meter:
         for entry in history_since(entries, self._last):
             if not getattr(entry.get("response"), "cache_hit", False):
                 self.calls += 1
-                self.cost += entry_cost(entry, None)
+                self.cost += entry_cost(entry, self.prices.get(entry.get("model")))
         if entries:
             self._last = entries[-1].get("uuid")
         return self.calls, round(self.cost, 6)
@@ -116,13 +118,12 @@ def entries_usage(entries: list[dict], model: str, rules=None) -> dict:
     backbone's own price entry (`rules`: backbones.providers), when there is one."""
     prompt, completion = usage_tokens(entries)
     cached = [cache_tokens(e.get("usage") or {}) for e in entries]
+    prices = rules.prices if rules is not None else None
     costs = []
-    for entry, (read, write) in zip(entries, cached):
+    for entry in entries:
         cost = entry.get("cost")
-        if cost is None and rules is not None and rules.prices is not None:
-            ins, outs = usage_tokens([entry])
-            if ins is not None or outs is not None:
-                cost = rules.price_of(ins or 0, outs or 0, read or 0, write or 0)
+        if cost is None and prices is not None and usage_tokens([entry]) != (None, None):
+            cost = entry_cost(entry, prices)
         if cost is not None:
             costs.append(cost)
     return {

@@ -12,7 +12,7 @@ import sys
 
 from tide_dspy import workflows
 from tide_dspy.backbones import LMOptions, lm_from_options
-from tide_dspy.budget import Limits, add_cost_options
+from tide_dspy.budget import Limits, add_cost_options, add_max_cost_option
 from tide_dspy.cli.common import (
     add_data_options,
     add_output_options,
@@ -25,6 +25,7 @@ from tide_dspy.cli.common import (
     sandbox_options,
 )
 from tide_dspy.data.selection import Selection
+from tide_dspy.domains import get_setting
 from tide_dspy.evaluation import format_table
 from tide_dspy.util.argtypes import count, percentage, positive_float, positive_int
 
@@ -61,9 +62,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="stop the search once it has made N LM calls (checked before each evaluation; the "
                         "validation before and after are outside the bound); the best candidate so far is saved "
                         "and a rerun with a larger bound continues from the trial log")
-    c.add_argument("--max-cost", type=float, default=None, metavar="USD",
-                   help="the same bound in dollars, as the provider reports each call's cost (the embedded model "
-                        "costs nothing)")
+    add_max_cost_option(c, "checked with --max-calls, before each evaluation of the search; the best candidate "
+                           "so far is saved and a rerun with a larger cap continues from the trial log")
     c.add_argument("--fresh", action="store_true",
                    help="discard the trial log (programs/<setting>/<backbone>/compile/trials.jsonl) and start over; "
                         "by default a rerun replays the evaluations already scored")
@@ -134,9 +134,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def _selection(args: argparse.Namespace) -> Selection:
     ids = [i.strip() for i in args.ids.split(",") if i.strip()] if args.ids else None
-    return Selection(setting=args.setting, split=args.split, data=args.data, ids=ids,
-                               max_context_tokens=args.max_context_tokens, limit=args.limit,
-                               skip_invalid=args.skip_invalid)
+    setting = get_setting(args.setting) if args.setting else None  # the one lookup of --setting
+    return Selection(setting=setting, split=args.split, data=args.data, ids=ids,
+                     max_context_tokens=args.max_context_tokens, limit=args.limit, skip_invalid=args.skip_invalid)
 
 
 def _common(args: argparse.Namespace) -> dict:
@@ -198,7 +198,8 @@ def run_compile(args: argparse.Namespace) -> int:
         _selection(args), method=args.method, shape=_shape(args), templates=args.templates, optimizer=args.optimizer,
         metric=args.metric, demos=args.demos, options=args.opt, val_fraction=args.val_fraction, seed=args.seed,
         workers=args.workers, register=not args.no_register, autolog=args.autolog,
-        budget=Budget(max_calls=args.max_calls, max_cost=args.max_cost), fresh=args.fresh, **_common(args))
+        budget=Budget(max_calls=args.max_calls, max_cost=args.max_cost),
+        limits=Limits(prices=args.price, judge_prices=args.judge_price), fresh=args.fresh, **_common(args))
     s = r.search
     scan_only = args.metric == SCAN_RECALL  # the validation ran the scan alone: its tables would show no findings
     if not scan_only:

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
 
 from tide_dspy.data.loaders import load_instances
+from tide_dspy.domains import Setting, get_setting
 from tide_dspy.schemas import Instance
 from tide_dspy.util.paths import DATA_ENV, data_root
 from tide_dspy.util.tokens import estimate_tokens
@@ -23,9 +24,7 @@ def data_path(setting: str, data: str | Path | None = None) -> Path:
 
 
 def context_tokens(instance: Instance) -> int:
-    """The estimated tokens of the instance's context as its setting renders it."""
-    from tide_dspy.domains import get_setting
-
+    """The estimated tokens of the instance's context as its setting renders it (the instance names its setting)."""
     return estimate_tokens(get_setting(instance.setting).render_context(instance))
 
 
@@ -44,7 +43,9 @@ def select_instances(instances: list[Instance], *, max_context_tokens: int | Non
 class Selection(BaseModel):
     """Which instances a step runs on: a setting's split, optionally narrowed by ids, context size and count."""
 
-    setting: str | None  # None only until a saved program names it (evaluate --program)
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    setting: Setting | None  # None only until a saved program names it (evaluate --program)
     split: str
     data: str | None = None  # the setting's JSONL file or folder (default: $TIDE_DATA/<setting>)
     ids: list[str] | None = None
@@ -53,8 +54,8 @@ class Selection(BaseModel):
     skip_invalid: bool = False  # leave out (and list) records that are not valid instances
 
     def load(self) -> list[Instance]:
-        path = data_path(self.setting, self.data)
-        instances = load_instances(path, setting=self.setting, split=self.split, skip_invalid=self.skip_invalid)
+        path = data_path(self.setting.name, self.data)
+        instances = load_instances(path, setting=self.setting.name, split=self.split, skip_invalid=self.skip_invalid)
         if self.ids:
             known = {i.instance_id for i in instances}
             missing = [i for i in self.ids if i not in known]
@@ -63,5 +64,5 @@ class Selection(BaseModel):
             instances = [i for i in instances if i.instance_id in self.ids]
         instances = select_instances(instances, max_context_tokens=self.max_context_tokens, limit=self.limit)
         if not instances:
-            raise ValueError(f"{path}: no {self.setting} instances in split {self.split!r} after the filters")
+            raise ValueError(f"{path}: no {self.setting.name} instances in split {self.split!r} after the filters")
         return instances
