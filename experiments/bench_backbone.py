@@ -27,7 +27,7 @@ import shlex
 import sys
 import time
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -38,14 +38,14 @@ from dspy.lm15 import Config, Message, Request  # noqa: E402
 from tide_dspy.backbones import describe_lm, get_lm  # noqa: E402
 from tide_dspy.data.records import instance_from_record  # noqa: E402
 from tide_dspy.discovery import TIDE, DiscoveryState  # noqa: E402
+from tide_dspy.domains import REPOSITORY, WORKSPACE, get_setting  # noqa: E402
 from tide_dspy.schemas import Finding  # noqa: E402
 from tide_dspy.templates import TemplateLibrary  # noqa: E402
 from tide_dspy.util.paths import data_root  # noqa: E402
-from tide_dspy.domains import get_setting  # noqa: E402
 from tide_dspy.util.safe_write import write_text  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_DATA = data_root() / "repository" / "swebench_multibug.jsonl"
+DEFAULT_DATA = data_root() / REPOSITORY.name / "swebench_multibug.jsonl"
 DEFAULT_INSTANCE = "pytest-dev__pytest__multi-10"  # the smallest candidate pool (~3k tokens rendered)
 
 
@@ -120,7 +120,7 @@ def grounded_schemas(repository_instance) -> dict[str, dict]:
     from tide_dspy.data import load_instances
     from tide_dspy.domains import ContextView
 
-    workspace = load_instances(ROOT / "tests" / "fixtures" / "instances" / "workspace.jsonl", setting="workspace")[0]
+    workspace = load_instances(ROOT / "tests" / "fixtures" / "instances" / "workspace.jsonl", setting=WORKSPACE.name)[0]
     out = {}
     for instance in (repository_instance, workspace):
         s = get_setting(instance.setting)
@@ -134,7 +134,7 @@ def grammar_main(args, instance, lm_args, started, t0, load_start, argv) -> int:
     toy = {"type": "object", "properties": {"summary": {"type": "string"},
                                             "functions": {"type": "array", "items": {"type": "string"}}},
            "required": ["summary", "functions"]}
-    text = (get_setting("repository").render_context(instance)[:6000]
+    text = (REPOSITORY.render_context(instance)[:6000]
             + "\n\nReport the two most likely bugs in this code as JSON.")
     rows = grammar_speed(args.backbone, {**lm_args, "max_tokens": args.grammar_tokens}, text,
                          {"small schema": toy, **grounded_schemas(instance)}, args.grammar_tokens)
@@ -152,7 +152,9 @@ def grammar_main(args, instance, lm_args, started, t0, load_start, argv) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     stem = args.out / f"grammar-{args.backbone}-{started.strftime('%Y%m%dT%H%M%SZ')}"
     write_text(stem.with_suffix(".txt"), header + "\n" + "\n".join(lines) + "\n")
-    write_text(stem.with_suffix(".json"), json.dumps(dict(command=command, date=started.isoformat(), rows=rows), indent=1))
+    write_text(
+        stem.with_suffix(".json"), json.dumps(dict(command=command, date=started.isoformat(), rows=rows), indent=1)
+    )
     print(f"\nsaved {stem}.txt and .json")
     return 0
 
@@ -160,7 +162,7 @@ def grammar_main(args, instance, lm_args, started, t0, load_start, argv) -> int:
 def run_mode(name: str, lm, adapter, instance, rounds: int, per_round: int, templates=None) -> dict:
     """`rounds` TIDE rounds, all of them: TIDE.forward would stop after a round with nothing new, and the
     reuse ratio needs rounds 2 and 3. Each round is TIDE's own `run_round` on the growing state."""
-    program = TIDE("repository", templates=templates, max_rounds=rounds, per_round=per_round, max_retries=1)
+    program = TIDE(REPOSITORY, templates=templates, max_rounds=rounds, per_round=per_round, max_retries=1)
     engine = lm.engine
     state, rows, records = DiscoveryState(), [], []
     start_calls = len(engine.calls)
@@ -207,25 +209,36 @@ def run_mode(name: str, lm, adapter, instance, rounds: int, per_round: int, temp
 
 
 def report(result: dict) -> str:
-    lines = [f"backbone: {result['backbone']}  threads: {result['threads']}  temperature: {result['lm'].get('temperature')}  "
-             f"templates: {result['templates'] or 'none'}  instance: {result['instance']} "
-             f"({result['candidates']} candidates)", ""]
+    lines = [
+        f"backbone: {result['backbone']}  threads: {result['threads']}  "
+        f"temperature: {result['lm'].get('temperature')}  "
+        f"templates: {result['templates'] or 'none'}  instance: {result['instance']} "
+        f"({result['candidates']} candidates)",
+        "",
+    ]
     for label, s in result["speed"].items():
         lines.append(f"speed [{label:7}] prompt {s['prompt_tokens']} tok at {s['prompt_tok_s']} tok/s; "
                      f"generated {s['output_tokens']} tok at {s['gen_tok_s']} tok/s")
     lines.append("")
     for mode in result["modes"]:
-        lines.append(f"{mode['mode']}: {len(mode['rounds'])} rounds, {mode['lm_calls']} LM calls, {mode['wall_seconds']} s, "
-                     f"{mode['findings']} findings, evidence ids all known: {mode['evidence_ids_all_known']}")
+        lines.append(
+            f"{mode['mode']}: {len(mode['rounds'])} rounds, {mode['lm_calls']} LM calls, {mode['wall_seconds']} s, "
+            f"{mode['findings']} findings, evidence ids all known: {mode['evidence_ids_all_known']}"
+        )
         for r in mode["rounds"]:
-            lines.append(f"  {r['round'] if isinstance(r['round'], str) else 'round ' + str(r['round'])}: prompt {r['prompt_tokens']} tok, reused {r['reused_tokens']}, "
-                         f"prompt eval {r['prompt_seconds']} s (x{r['prompt_time_vs_round1']} of round 1), "
-                         f"out {r['output_tokens']} tok in {r['generation_seconds']} s [{r['finish']}], "
-                         f"parsed first time: {r['parsed_first_time']}, new {r['new']}")
+            lines.append(
+                f"  {r['round'] if isinstance(r['round'], str) else 'round ' + str(r['round'])}: "
+                f"prompt {r['prompt_tokens']} tok, reused {r['reused_tokens']}, "
+                f"prompt eval {r['prompt_seconds']} s (x{r['prompt_time_vs_round1']} of round 1), "
+                f"out {r['output_tokens']} tok in {r['generation_seconds']} s [{r['finish']}], "
+                f"parsed first time: {r['parsed_first_time']}, new {r['new']}"
+            )
         if mode["error"]:
             lines.append(f"  last error: {mode['error'][:200]}")
     lines.append("")
-    lines.append("first LM answer parsed: " + ", ".join(f"{m['mode']} {m['parsed_first_time']}" for m in result["modes"]))
+    lines.append(
+        "first LM answer parsed: " + ", ".join(f"{m['mode']} {m['parsed_first_time']}" for m in result["modes"])
+    )
     return "\n".join(lines)
 
 
@@ -248,11 +261,11 @@ def main(argv=None) -> int:
     parser.add_argument("--grammar-tokens", type=int, default=96, help="tokens to write per grammar-speed call")
     args = parser.parse_args(argv)
 
-    started = datetime.now(timezone.utc)
+    started = datetime.now(UTC)
     t0 = time.perf_counter()
     load_start = f"{os.getloadavg()[0]:.2f}"
     instance = load_instance(args.data, args.instance)
-    context = get_setting("repository").render_context(instance)
+    context = REPOSITORY.render_context(instance)
     lm_args = dict(num_threads=args.threads, max_tokens=args.max_tokens, temperature=args.temperature,
                    seed=args.seed, cache=False)
     if args.grammar_only:
@@ -284,8 +297,14 @@ def main(argv=None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     stem = args.out / f"{args.backbone}-{started.strftime('%Y%m%dT%H%M%SZ')}"
     write_text(stem.with_suffix(".txt"), header + "\n" + text + "\n")
-    write_text(stem.with_suffix(".json"), json.dumps(dict(command=command, date=started.isoformat(), wall_seconds=round(wall, 1),
-                                                         **result), indent=1, default=str))
+    write_text(
+        stem.with_suffix(".json"),
+        json.dumps(
+            dict(command=command, date=started.isoformat(), wall_seconds=round(wall, 1), **result),
+            indent=1,
+            default=str,
+        ),
+    )
     print(f"\nsaved {stem}.txt and .json")
     return 0
 

@@ -10,8 +10,8 @@ cache off) on the same repository instance, so nothing survives in memory betwee
   3. cache off (a rerun without it): pays the whole prompt again.
 Per run: prompt tokens, tokens loaded from disk, llama.cpp's prompt-eval seconds, the seconds spent loading and
 storing the state, and the call's wall time; and whether the three runs wrote the same answer (greedy decoding,
-so a restored state must give the answer a fresh evaluation gives). Goal: prompt time of run 2 <= 0.1x of run 3 (prompt-eval seconds
-plus loading seconds, so the disk read is counted).
+so a restored state must give the answer a fresh evaluation gives). Goal: prompt time of run 2 <= 0.1x of run 3
+(prompt-eval seconds plus loading seconds, so the disk read is counted).
 
 Writes experiments/results/bench_prompt_cache/<backbone>-<date>.{json,txt}.
 """
@@ -26,7 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from tide_dspy.util.safe_write import write_text
@@ -40,9 +40,10 @@ OUT = ROOT / "experiments" / "results" / "bench_prompt_cache"
 def pick_instance(max_tokens: int):
     """The largest repository instance whose rendered context fits `max_tokens` (estimated)."""
     from tide_dspy.data import load_instances
-    from tide_dspy.evaluation import data_path, select_instances
+    from tide_dspy.data.selection import data_path, select_instances
+    from tide_dspy.domains import REPOSITORY
 
-    instances = load_instances(data_path("repository"), setting="repository")
+    instances = load_instances(data_path(REPOSITORY.name), setting=REPOSITORY.name)
     fitting = select_instances(instances, max_context_tokens=max_tokens)
     if not fitting:
         raise SystemExit(f"no repository instance fits {max_tokens} tokens")
@@ -54,12 +55,13 @@ def child(args) -> None:
     import dspy
 
     from tide_dspy.backbones import get_lm, prompt_cache
+    from tide_dspy.domains import REPOSITORY
     from tide_dspy.programs import build_program
 
     dspy.configure_cache(enable_disk_cache=False, enable_memory_cache=False)
     instance = pick_instance(args.max_context_tokens)
     lm = get_lm(args.backbone, max_tokens=args.max_tokens, num_threads=args.threads, n_ctx=args.n_ctx, cache=False)
-    program = build_program("iter", "repository", max_rounds=1, per_round=1, max_retries=0)
+    program = build_program("iter", REPOSITORY, max_rounds=1, per_round=1, max_retries=0)
     t0 = time.perf_counter()
     with dspy.context(lm=lm, adapter=dspy.JSONAdapter()):
         program(instance)
@@ -110,10 +112,12 @@ def main(argv: list[str] | None = None) -> int:
     prompt_on = on["prompt_eval_seconds"] + on["cache_seconds"]
     prompt_off = off["prompt_eval_seconds"]
     ratio = prompt_on / prompt_off if prompt_off else float("nan")
-    lines = [f"{args.backbone}, {args.threads} threads, instance {on['instance']} ({on['prompt_tokens']} prompt tokens), "
-             "each run a fresh process",
-             "| run | tokens loaded from disk | prompt eval s | cache load+store s | call wall s | cache MB |",
-             "|---|---|---|---|---|---|"]
+    lines = [
+        f"{args.backbone}, {args.threads} threads, instance {on['instance']} ({on['prompt_tokens']} prompt tokens), "
+        "each run a fresh process",
+        "| run | tokens loaded from disk | prompt eval s | cache load+store s | call wall s | cache MB |",
+        "|---|---|---|---|---|---|",
+    ]
     lines += [f"| {name} | {r['restored_tokens']} | {r['prompt_eval_seconds']} | {r['cache_seconds']} | "
               f"{r['call_wall_seconds']} | {r['cache_mb']} |" for name, r in runs.items()]
     same = on["answer"] == off["answer"] == runs["first, cache on (fills it)"]["answer"]
@@ -124,11 +128,19 @@ def main(argv: list[str] | None = None) -> int:
     print(text)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    result = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "backbone": args.backbone,
-              "threads": args.threads, "cpus": os.cpu_count(), "python": platform.python_version(),
-              "command": "python experiments/bench_prompt_cache.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-              "runs": runs, "same_answer": same, "ratio": round(ratio, 4), "goal": "<= 0.1x"}
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    result = {
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "backbone": args.backbone,
+        "threads": args.threads,
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "command": "python experiments/bench_prompt_cache.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "runs": runs,
+        "same_answer": same,
+        "ratio": round(ratio, 4),
+        "goal": "<= 0.1x",
+    }
     write_text(out / f"{args.backbone}-{stamp}.json", json.dumps(result, indent=1) + "\n")
     write_text(out / f"{args.backbone}-{stamp}.txt", text + "\n")
     print(f"-> {out / args.backbone}-{stamp}.{{json,txt}}")

@@ -23,7 +23,7 @@ import platform
 import sys
 import tempfile
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -35,6 +35,7 @@ sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).res
 from stub_server import StubServer  # noqa: E402
 
 from tide_dspy.cli.main import main as tide  # noqa: E402
+from tide_dspy.domains import WORKSPACE  # noqa: E402
 from tide_dspy.util.safe_write import write_text  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -53,7 +54,7 @@ def instances_file(folder: Path, n: int) -> Path:
 def run(workers: int, data: Path, stub: StubServer, out: Path, rounds: int) -> dict:
     before = len(stub.requests)
     stub.most_in_flight = 0
-    args = ["evaluate", "--method", "iter", "--setting", "workspace", "--split", "test", "--data", str(data),
+    args = ["evaluate", "--method", "iter", "--setting", WORKSPACE.name, "--split", "test", "--data", str(data),
             "--backbone", "openai-compatible", "--api-base", stub.api_base, "--workers", str(workers),
             "--rounds", str(rounds), "--out", str(out), "--fresh", "--no-track", "--judge", "proxy"]
     printed = io.StringIO()
@@ -93,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     ratio = serial["seconds"] / parallel["seconds"]
     result = {
         "what": "client-side throughput against a STUB OpenAI-compatible server (no model), fixed delay per call",
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "command": "python experiments/bench_workers.py " + " ".join(argv if argv is not None else sys.argv[1:]),
         "delay_s": args.delay, "rounds": args.rounds, "cpus": os.cpu_count(), "python": platform.python_version(),
         "runs": runs, "speedup": round(ratio, 2), "goal": ">= 6x",
@@ -108,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     print(text)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     write_text(out / f"{stamp}.json", json.dumps(result, indent=1) + "\n")
     write_text(out / f"{stamp}.txt", text + "\n")
     print(f"-> {out / stamp}.{{json,txt}}")

@@ -18,7 +18,7 @@ import sys
 def source_cases(setting: str, data: str | None) -> dict[str, str]:
     from tide_dspy.abstraction import case_text
     from tide_dspy.data import load_instances
-    from tide_dspy.evaluation import data_path
+    from tide_dspy.data.selection import data_path
     from tide_dspy.domains import get_setting
     from tide_dspy.templates import solved_cases
 
@@ -52,7 +52,9 @@ def main(argv: list[str] | None = None) -> int:
             scores.append(report.score)
             dirty += not report.passed
             leaks = "; ".join(str(lk) for lk in report.leaks)
-            print(f"  {t.id} score {report.score:.3f} leaks {len(report.leaks)}" + (f": {leaks[:400]}" if leaks else ""))
+            print(
+                f"  {t.id} score {report.score:.3f} leaks {len(report.leaks)}" + (f": {leaks[:400]}" if leaks else "")
+            )
         clean = sum(s == 1.0 for s in scores)
         mean = f"{statistics.fmean(scores):.3f}" if scores else "-"
         print(f"  clean {clean}/{len(scores)}, mean score {mean}\n")

@@ -96,7 +96,9 @@ def main(argv=None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     lines = [*table(variants), "", "Runs:", *sources]
     write_text(args.out / "compare.md", "\n".join(lines) + "\n")
-    write_text(args.out / "command.txt", shlex.join(["python", "experiments/compare.py", *(argv or sys.argv[1:])]) + "\n")
+    write_text(
+        args.out / "command.txt", shlex.join(["python", "experiments/compare.py", *(argv or sys.argv[1:])]) + "\n"
+    )
     plots.compare(variants, args.out / "compare.png", args.title, args.goal)
     print("\n".join(lines))
     return 0

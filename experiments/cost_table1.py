@@ -23,11 +23,12 @@ import run  # noqa: E402
 
 from tide_dspy.backbones import LMOptions, lm_from_options  # noqa: E402
 from tide_dspy.budget import PromptCounter, money  # noqa: E402
+from tide_dspy.domains import SETTING_NAMES  # noqa: E402
 from tide_dspy.metrics import make_judge  # noqa: E402
 from tide_dspy.util.tokens import tokenizer_name  # noqa: E402
 
 PAPER_BACKBONES = ("gpt-5-mini", "claude-sonnet-4.5", "gemini-3.5-flash", "qwen-3.6-flash")
-SETTINGS = ("workspace", "repository")
+SETTINGS = SETTING_NAMES
 METHODS = ("single", "multi", "tide")
 
 

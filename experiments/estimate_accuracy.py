@@ -34,8 +34,8 @@ from stub_server import StubServer  # noqa: E402
 from tide_dspy import workflows  # noqa: E402
 from tide_dspy.budget import PromptCounter  # noqa: E402
 from tide_dspy.data import load_instances  # noqa: E402
-from tide_dspy.domains import get_setting  # noqa: E402
-from tide_dspy.evaluation import context_tokens, data_path  # noqa: E402
+from tide_dspy.data.selection import Selection, context_tokens, data_path  # noqa: E402
+from tide_dspy.domains import REPOSITORY, WORKSPACE, get_setting  # noqa: E402
 from tide_dspy.retry import ATTEMPTS_PER_ROLLOUT  # noqa: E402
 from tide_dspy.schemas import Instance  # noqa: E402
 from tide_dspy.util.tokens import tokenizer_name  # noqa: E402
@@ -148,13 +148,13 @@ def main(argv=None) -> int:
     from tide_dspy.backbones import get_lm
 
     counter, records, started = PromptCounter(), [], time.time()
-    for setting, n in (("workspace", args.workspace), ("repository", args.repository)):
+    for setting, n in ((WORKSPACE.name, args.workspace), (REPOSITORY.name, args.repository)):
         if n < 1:
             continue
         data = str(Path(args.data) / setting) if args.data else None
         instances = chosen(setting, data, n)
         templates = str(ROOT / "programs" / setting / "local" / "templates.json")
-        selection = workflows.Selection(setting=setting, split="test", data=data,
+        selection = Selection(setting=setting, split="test", data=data,
                                         ids=[i.instance_id for i in instances])
         with StubServer(answer=FindsSomethingNew(instances)) as stub:
             lm = get_lm(BACKBONE, api_base=stub.api_base, cache=False)

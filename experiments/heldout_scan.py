@@ -36,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     program = load_program(args.program)
     if program.scanner is None:
         raise SystemExit(f"{args.program}: the program does not scan")
-    instances = Selection(setting=program.setting_name, split="test", max_context_tokens=args.max_context_tokens,
+    instances = Selection(setting=program.setting.name, split="test", max_context_tokens=args.max_context_tokens,
                           limit=args.limit).load()
     lm = lm_from_options(LMOptions(backbone=args.backbone, threads=args.threads))
     out = Path(args.out)

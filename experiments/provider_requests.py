@@ -40,7 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's 
 from tide_dspy.backbones import BACKBONES, get_lm, lm_context  # noqa: E402
 from tide_dspy.cli.main import main as tide  # noqa: E402
 from tide_dspy.data.loaders import load_instances  # noqa: E402
-from tide_dspy.domains import get_setting  # noqa: E402
+from tide_dspy.domains import REPOSITORY, SETTINGS, WORKSPACE  # noqa: E402
 from tide_dspy.programs import build_program  # noqa: E402
 from tide_dspy.testing.provider_sim import Fault, PromptCache, ProviderSimulator  # noqa: E402
 from tide_dspy.util.paths import data_root  # noqa: E402
@@ -54,8 +54,7 @@ KEY_ENV = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY", "gemini
            "dashscope": "DASHSCOPE_API_KEY"}
 ROUTES = [("openai", "native"), ("openai", "litellm"), ("anthropic", "native"), ("anthropic", "litellm"),
           ("gemini", "native"), ("gemini", "litellm"), ("dashscope", "litellm")]
-TEMPLATES = {"workspace": ROOT / "programs/workspace/local/templates.json",
-             "repository": ROOT / "programs/repository/local/templates.json"}
+TEMPLATES = {name: ROOT / "programs" / name / "local" / "templates.json" for name in SETTINGS}
 
 
 def _first_round(prompt: str) -> bool:
@@ -169,13 +168,12 @@ def main(argv=None) -> int:
     dspy.configure_cache(enable_disk_cache=False, enable_memory_cache=False)
     data = data_root()
     selected = {}
-    for setting, limit in (("workspace", args.workspace_limit), ("repository", args.repo_limit)):
-        path = data / setting
-        instances = [i for i in load_instances(path, setting=setting) if i.split == "test"]
-        if setting == "repository":
-            s = get_setting(setting)
-            instances.sort(key=lambda i: estimate_tokens(s.render_context(i)))
-        selected[setting] = (path, instances[:limit])
+    for setting, limit in ((WORKSPACE, args.workspace_limit), (REPOSITORY, args.repo_limit)):
+        path = data / setting.name
+        instances = [i for i in load_instances(path, setting=setting.name) if i.split == "test"]
+        if setting is REPOSITORY:
+            instances.sort(key=lambda i: estimate_tokens(setting.render_context(i)))
+        selected[setting.name] = (path, instances[:limit])
     t0, runs, variants = time.perf_counter(), [], []
     with ProviderSimulator() as sim, tempfile.TemporaryDirectory() as tmp:
         for provider, env in KEY_ENV.items():
@@ -192,14 +190,14 @@ def main(argv=None) -> int:
                           f"{row['instances']} prefix {row['prefix_mean']} (min {row['prefix_min']}) cached "
                           f"{row['cached_share']}", flush=True)
             for variant in ("full", "dialect", "no fallback"):
-                variants.append(fallback_variant(sim, provider, path, variant, selected["workspace"][1][0]))
+                variants.append(fallback_variant(sim, provider, path, variant, selected[WORKSPACE.name][1][0]))
                 v = variants[-1]
                 print(f"  fallback, schema {variant:11}: calls {v['calls']} refused {v['refused']} round ok "
                       f"{v['round_ok']} {v['refusal']}", flush=True)
     seconds = round(time.perf_counter() - t0, 1)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    ws, repo = selected["workspace"][1], selected["repository"][1]
+    ws, repo = selected[WORKSPACE.name][1], selected[REPOSITORY.name][1]
     meta = {"command": "python experiments/provider_requests.py " + " ".join(argv or sys.argv[1:]),
             "workspaces": [i.instance_id for i in ws], "repositories": [i.instance_id for i in repo],
             "backbones": {p: BACKBONES[b].model for p, b in BACKBONE.items()}, "seconds": seconds}

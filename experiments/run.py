@@ -21,23 +21,23 @@ import io
 import json
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from tide_dspy import analysis
-from tide_dspy.backbones import LMOptions, describe_lm, lm_context, lm_from_options
+from tide_dspy.backbones import LMOptions, add_lm_options, describe_lm, lm_context, lm_from_options
 from tide_dspy.backbones.providers import rules_of
-from tide_dspy.budget import Estimate, estimate_runs
-from tide_dspy.cli.common import add_cost_options, add_lm_options, cost_limits
+from tide_dspy.budget import Estimate, Limits, add_cost_options, estimate_runs
 from tide_dspy.data import load_instances
-from tide_dspy.evaluation import data_path, evaluate, read_rows, select_instances
+from tide_dspy.data.selection import data_path, select_instances
+from tide_dspy.domains import SETTING_NAMES, get_setting, per_setting
+from tide_dspy.evaluation import evaluate, read_rows
 from tide_dspy.metrics import InstanceScore, aggregate, make_judge
-from tide_dspy.programs import build_program, load_program, program_dir
-from tide_dspy.schemas import SETTING_NAMES
-from tide_dspy.domains import get_setting
-from tide_dspy.templates import TemplateLibrary, solved_demos
+from tide_dspy.programs import load_program, program_dir
+from tide_dspy.templates import TemplateLibrary
 from tide_dspy.tracking import tracked_run
 from tide_dspy.util.safe_write import write_text
+from tide_dspy.workflows import ProgramShape, build_method
 
 sys.path.insert(0, str(Path(__file__).parent))
 import plots  # noqa: E402
@@ -82,43 +82,31 @@ def compiled_program(args, templates: TemplateLibrary | None, T: int, k: int):
     """The --compiled program, shaped as the uncompiled TIDE of this run: the same T, k, artifact order, evidence
     bound and (with --scan) focus, so only what compile changed (the instructions) differs between the two rows."""
     program = load_program(args.compiled)
-    if program.setting_name != args.setting:
-        raise SystemExit(f"--compiled {args.compiled} is a {program.setting_name} program, not {args.setting}")
+    if program.setting.name != args.setting:
+        raise SystemExit(f"--compiled {args.compiled} is a {program.setting.name} program, not {args.setting}")
     if templates is not None and [t.id for t in program.templates] != [t.id for t in templates.templates]:
         raise SystemExit(f"--compiled {args.compiled} holds templates {[t.id for t in program.templates]}, the run's "
                          f"library {[t.id for t in templates.templates]}: pass the library it was compiled with as "
                          "--templates")
-    program.max_rounds, program.per_round = T, k
-    program.context_order_seed = args.shuffle_context
-    if args.max_evidence:
-        program.max_evidence = args.max_evidence
-    if args.scan:
-        program.use_scan(args.focus_size)
+    scan = args.focus_size if args.scan else None
+    ProgramShape(rounds=T, per_round=k, max_evidence=args.max_evidence, scan=scan).apply(program)
+    program.context_order_seed = args.shuffle_context  # None too: the uncompiled TIDE's order
     return program
 
 
 def make_program(method: str, args, templates: TemplateLibrary | None = None, rounds: int | None = None):
-    shape = get_setting(args.setting)
-    T, k = rounds or args.rounds or shape.rounds, args.per_round or shape.per_round
+    setting = get_setting(args.setting)
+    T, k = rounds or args.rounds or setting.rounds, args.per_round or setting.per_round
     if method == COMPILED:
         return compiled_program(args, templates, T, k)
-    shown = dict(context_order_seed=args.shuffle_context, max_evidence=args.max_evidence)
-    if args.scan and method not in FLOORS:
-        # Every LM method gets the same scan (TIDE's library as the scan's guidance, so the scan calls are the
-        # same prompts and DSPy's cache answers them once); only the rounds differ.
-        shown.update(scan=True, focus_size=args.focus_size)
-        if method != "tide" and templates:
-            shown["scan_templates"] = templates.templates
-    if method in ("tide", "iter"):
-        return build_program(method, args.setting, templates=templates.templates if templates else None,
-                             max_rounds=T, per_round=k, **shown)
-    if method == "iter-demos":
-        train = load_instances(data_path(args.setting, args.data), setting=args.setting, split="train")
-        return build_program(method, args.setting, demos=solved_demos(train, args.setting, args.demos),
-                             max_rounds=T, per_round=k, **shown)
-    if method in ("multi", *FLOORS):
-        return build_program(method, args.setting, max_rounds=T, per_round=k, **shown)
-    return build_program("single", args.setting, max_findings=T * k, **shown)
+    # Every LM method gets the same scan (TIDE's library as the scan's guidance, so the scan calls are the same
+    # prompts and DSPy's cache answers them once); only the rounds differ.
+    scan = args.focus_size if args.scan and method not in FLOORS else None
+    shape = ProgramShape(rounds=T, per_round=k, max_evidence=args.max_evidence, shuffle_context=args.shuffle_context,
+                         scan=scan)
+    return build_method(args.setting, method, shape, templates=templates, demos=args.demos, data=args.data,
+                        scan_templates=templates.templates if scan and method != "tide" and templates else None,
+                        max_findings=T * k)
 
 
 # ---- raw runs ----
@@ -151,7 +139,7 @@ def run_raw(args, plan: dict[str, object], instances: list, out: Path, lm, judge
                 if args.floors_only and name not in FLOORS:
                     continue  # its rows were checked above
                 evaluate(program, [inst], judge=judge, out_path=path, resume=True, progress=False, lm=run_lm,
-                         method=name, limits=cost_limits(args))
+                         method=name, limits=Limits.from_namespace(args))
                 row = read_rows(path)[inst.instance_id]
                 status = (f" ERROR {row['error']}" if row.get("error") else f" SKIPPED {row['skipped']}"
                           if row.get("skipped") else f" INCOMPLETE {'; '.join(row['incomplete'])}"
@@ -215,13 +203,13 @@ def write_meta(path: Path, lm, judge, started: float, extra: dict | None = None,
         # add how the floors were recomputed.
         meta = json.loads(path.read_text())
         meta["floors_recomputed"] = {"command": " ".join(sys.argv),
-                                     "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                                     "date": datetime.now(UTC).isoformat(timespec="seconds"),
                                      "floors": list(FLOORS)}
         path.write_text(json.dumps(meta, indent=2) + "\n")
         return
     meta = {
         "command": " ".join(sys.argv),
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "backbone": describe_lm(lm),
         "judge": getattr(judge, "label", "none"),
         "wall_seconds": round(time.time() - started, 1),
@@ -242,7 +230,7 @@ def estimate_table1(args, instances, lm, judge, counter=None) -> Estimate:
     path, note = stand_in_templates(args.setting, args.backbone, args.templates, ROOT / "programs")
     templates = TemplateLibrary.load(path)
     plan = {m: make_program(m, args, templates) for m in table1_methods(args)}
-    targets = estimate_targets(lm, args.backbone, judge, args.judge, cost_limits(args))
+    targets = estimate_targets(lm, args.backbone, judge, args.judge, Limits.from_namespace(args))
     estimate = estimate_runs(plan, instances, estimator_for(lm, targets, counter), targets, runs=args.runs)
     estimate.notes += [f"{len(instances)} {args.setting} instances ({args.split} split) x {args.runs} run(s)",
                        *([note] if note else [])]
@@ -288,7 +276,9 @@ def table1(args, instances, out, lm, judge, stem: str = "table1") -> dict:
     if COMPILED in methods:
         record_heldout(args, out, records, [i.instance_id for i in instances], judge)
     print("\n".join(lines))
-    return {f"{r['method']}.{c}_f1": r[f"{c}_f1"] for r in records for c in analysis.COMPONENTS if r[f"{c}_f1"] is not None}
+    return {
+        f"{r['method']}.{c}_f1": r[f"{c}_f1"] for r in records for c in analysis.COMPONENTS if r[f"{c}_f1"] is not None
+    }
 
 
 def record_heldout(args, out: Path, records: list[dict], instance_ids: list[str], judge) -> None:
@@ -303,7 +293,7 @@ def record_heldout(args, out: Path, records: list[dict], instance_ids: list[str]
     hygiene = {r["method"]: r for r in csv.DictReader((out / "table1_hygiene.csv").open())}
     floor_name, floor = plots.higher_floor(records)
     entry.setdefault("heldout", {})[out.name] = {
-        "command": " ".join(["python", *sys.argv]), "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "command": " ".join(["python", *sys.argv]), "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "split": args.split, "instances": instance_ids, "judge": getattr(judge, "label", "none"),
         "shuffle_context": args.shuffle_context, "highest_floor": floor_name,
         "methods": {r["method"]: {"retrieval_f1": r["retrieval_f1"], "retrieval_coverage": r["retrieval_coverage"],
@@ -396,7 +386,9 @@ def rounds(args, instances, out, lm, judge) -> dict:
     records = []
     for name, rows in raw.items():
         for k, v in analysis.budget_curve(rows, by_id, range(1, T + 1)).items():
-            records.append({"method": name, "round": k, "coverage": round(v["coverage"], 4), "precision": round(v["precision"], 4)})
+            records.append(
+                {"method": name, "round": k, "coverage": round(v["coverage"], 4), "precision": round(v["precision"], 4)}
+            )
     write_csv(out / "rounds.csv", records)
     plots.rounds(records, out / "rounds.png")
     return {}
@@ -479,13 +471,23 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--setting", required=True, choices=SETTING_NAMES)
     parser.add_argument("--split", default="test")
     parser.add_argument("--data", default=None, help="JSONL file or folder (default: the shared data of the setting)")
-    parser.add_argument("--templates", default=None, help="template library JSON (default: programs/<setting>/<backbone>/templates.json)")
+    parser.add_argument(
+        "--templates",
+        default=None,
+        help="template library JSON (default: programs/<setting>/<backbone>/templates.json)",
+    )
     parser.add_argument("--limit", type=int, default=None)
     parser.add_argument("--instances", nargs="*", default=None, help="only these instance ids")
-    parser.add_argument("--max-context-tokens", type=int, default=None, help="keep instances whose rendered context fits")
+    parser.add_argument(
+        "--max-context-tokens", type=int, default=None, help="keep instances whose rendered context fits"
+    )
     parser.add_argument("--runs", type=int, default=1, help="repeats (distinct rollout ids); spread is reported")
-    parser.add_argument("--rounds", type=int, default=None, help="T (default: the paper's, 10 workspace / 3 repository)")
-    parser.add_argument("--per-round", type=int, default=None, help="k (default: the paper's, 1 workspace / 3 repository)")
+    parser.add_argument(
+        "--rounds", type=int, default=None, help=f"T (default: the setting's, {per_setting('rounds')})"
+    )
+    parser.add_argument(
+        "--per-round", type=int, default=None, help=f"k (default: the setting's, {per_setting('per_round')})"
+    )
     parser.add_argument("--methods", nargs="*", default=None,
                         choices=["single", "multi", "tide", "iter", "iter-demos", COMPILED],
                         help="LM methods of table1 (default: single multi iter tide); the chance floors always run. "
@@ -553,17 +555,13 @@ def main(argv=None) -> int:
         started = time.time()
         params = {"split": args.split, "instances": len(instances), "runs": args.runs,
                   "judge": getattr(judge, "label", "none"), **describe_lm(lm)}
-        with tracked_run(f"experiment-{name}", setting=args.setting, backbone=args.backbone, params=params):
-            import mlflow
-
+        with tracked_run(f"experiment-{name}", setting=args.setting, backbone=args.backbone, params=params) as run:
             with lm_context(lm):
                 metrics = EXPERIMENTS[name](args, instances, out, lm, judge)
             write_meta(out / f"meta-{name}.json", lm, judge, started, {
                 "experiment": name, "split": args.split, "instances": [i.instance_id for i in instances],
                 "raw_lm_seconds": raw_seconds(out, instances)}, floors_only=args.floors_only)
-            mlflow.log_metrics({k: float(v) for k, v in metrics.items()})
-            for f in sorted(out.glob("*.*")):
-                mlflow.log_artifact(str(f))
+            run.record(metrics=metrics, files={f: None for f in sorted(out.glob("*.*"))})
     return 0
 
 

@@ -42,17 +42,17 @@ def rankings(scan: dict, view_ids: list[str], seed: str) -> dict[str, list[str]]
 
 def main(argv: list[str] | None = None) -> int:
     sys.path.insert(0, str(ROOT))
+    import dspy
+
     from tide_dspy.backbones import adapter_for, get_lm
     from tide_dspy.data import load_instances
-    from tide_dspy.domains import ContextView, render_templates
-    from tide_dspy.evaluation import data_path, select_instances
+    from tide_dspy.data.selection import data_path, select_instances
+    from tide_dspy.domains import SETTING_NAMES, ContextView, render_templates
     from tide_dspy.scan import Scanner, recall_at
     from tide_dspy.templates import TemplateLibrary
 
-    import dspy
-
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--setting", required=True, choices=["workspace", "repository"])
+    parser.add_argument("--setting", required=True, choices=SETTING_NAMES)
     parser.add_argument("--backbone", default="local-small")
     parser.add_argument("--split", default="train")
     parser.add_argument("--limit", type=int, default=None)
@@ -70,10 +70,14 @@ def main(argv: list[str] | None = None) -> int:
     instances = select_instances(instances, limit=args.limit)
     library = Path(args.templates or ROOT / "programs" / args.setting / args.backbone / "templates.json")
     guidance = render_templates(TemplateLibrary.load(library).templates)
-    out = Path(args.out or ROOT / "experiments" / "results" / f"scan-recall-{args.setting}-{args.backbone}-{args.split}")
+    out = Path(
+        args.out or ROOT / "experiments" / "results" / f"scan-recall-{args.setting}-{args.backbone}-{args.split}"
+    )
     out.mkdir(parents=True, exist_ok=True)
     scans_path = out / "scans.jsonl"
-    done = {json.loads(line)["instance_id"]: json.loads(line) for line in scans_path.open()} if scans_path.exists() else {}
+    done = (
+        {json.loads(line)["instance_id"]: json.loads(line) for line in scans_path.open()} if scans_path.exists() else {}
+    )
 
     lm = get_lm(args.backbone)
     scanner = Scanner(args.setting)

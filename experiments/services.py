@@ -87,7 +87,9 @@ def postgres_cluster(databases: tuple[str, ...] = ("optuna",)):
         done = subprocess.run(_as_owner([str(bindir / cmd[0]), *cmd[1:]]), capture_output=True, text=True,
                               timeout=timeout, cwd=folder)
         if done.returncode != 0:
-            raise RuntimeError(f"{' '.join(cmd)} failed ({done.returncode}):\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
+            raise RuntimeError(
+                f"{' '.join(cmd)} failed ({done.returncode}):\n{done.stdout[-2000:]}{done.stderr[-2000:]}"
+            )
         return done
 
     run("initdb", "-D", str(data), "-U", "tide", "--auth=trust", "-E", "UTF8", "--no-sync")

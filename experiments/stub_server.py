@@ -2,8 +2,8 @@
 
 Every POST /v1/chat/completions waits `delay` seconds (a latency-bound endpoint) and answers each output field
 the request asks for with an empty value: JSON when a response_format is sent, DSPy's [[ ## field ## ]] text
-otherwise. GET /v1/models lists `served` (the model ids it says it serves). It keeps every request body and header it got, and refuses requests beyond `max_requests` (HTTP 429),
-so a runaway client stays bounded.
+otherwise. GET /v1/models lists `served` (the model ids it says it serves). It keeps every request body and header
+it got, and refuses requests beyond `max_requests` (HTTP 429), so a runaway client stays bounded.
 
     with StubServer(delay=0.2) as stub:
         stub.api_base  # http://127.0.0.1:<port>/v1
@@ -60,7 +60,9 @@ class StubServer:
 
             def do_GET(self):  # noqa: N802 - http.server's naming
                 if self.path.rstrip("/").endswith("/models"):
-                    return self._send(200, {"object": "list", "data": [{"id": m, "object": "model"} for m in stub.served]})
+                    return self._send(
+                        200, {"object": "list", "data": [{"id": m, "object": "model"} for m in stub.served]}
+                    )
                 self._send(404, {"error": {"message": f"no route {self.path}"}})
 
             def do_POST(self):  # noqa: N802 - http.server's naming

@@ -1,4 +1,4 @@
-"""Transfer: TIDE with two template libraries on the same test instances, side by side (issue 14, item 5).
+"""Transfer: TIDE with two template libraries on the same test instances, side by side.
 
     git show 24bf372:programs/workspace/local-small/templates.json > /tmp/old-ws.json
     python experiments/transfer.py --setting workspace --backbone local-small --judge proxy --limit 1 \\
@@ -64,12 +64,13 @@ def copied_tokens(rows: list[dict], library, instances: dict, setting) -> dict:
 def main(argv: list[str] | None = None) -> int:
     from tide_dspy.cli.main import main as tide
     from tide_dspy.data import load_instances
-    from tide_dspy.evaluation import data_path, read_rows
-    from tide_dspy.domains import get_setting
+    from tide_dspy.data.selection import data_path
+    from tide_dspy.domains import SETTING_NAMES, get_setting
+    from tide_dspy.evaluation import read_rows
     from tide_dspy.templates import TemplateLibrary
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--setting", required=True, choices=("workspace", "repository"))
+    p.add_argument("--setting", required=True, choices=SETTING_NAMES)
     p.add_argument("--backbone", default="local-small")
     p.add_argument("--library", action="append", required=True, metavar="LABEL=PATH",
                    help="a template library to run, labelled; give two or more")

@@ -25,7 +25,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -35,6 +35,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 from services import mlflow_server, postgres_cluster, postgres_missing  # noqa: E402
 from stub_server import StubServer  # noqa: E402
 
+from tide_dspy.domains import WORKSPACE  # noqa: E402
 from tide_dspy.util.safe_write import write_text  # noqa: E402
 
 FIXTURE = ROOT / "tests" / "fixtures" / "tiny_workspace.jsonl"
@@ -51,7 +52,7 @@ def write_inputs(folder: Path) -> tuple[Path, Path]:
     write_text(data, "".join(json.dumps(dict(rows[k % len(rows)], instance_id=f"tiny-train-{k}", split="train")) + "\n"
                              for k in range(4)))
     library = TemplateLibrary([Template(id=f"ws-t0{i}", name=f"pattern {i}", pattern=f"shape {i}",
-                                        evidence_flow=["x"]) for i in range(1, 5)], "workspace")
+                                        evidence_flow=["x"]) for i in range(1, 5)], WORKSPACE.name)
     return data, library.save(folder / "templates.json")
 
 
@@ -69,7 +70,7 @@ def run(workers: int = 2, trials: int = 3, timeout: float = 600) -> dict:
         started = time.perf_counter()
         env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True", "MLFLOW_DISABLE_TELEMETRY": "true"}
         procs = [subprocess.Popen(
-            [sys.executable, "-m", "tide_dspy.cli.main", "tune", "--setting", "workspace", "--data", str(data),
+            [sys.executable, "-m", "tide_dspy.cli.main", "tune", "--setting", WORKSPACE.name, "--data", str(data),
              "--templates", str(templates), "--trials", str(trials), "--storage", db["optuna"], "--study", "shared",
              "--tracking-uri", tracking, "--backbone", "openai-compatible", "--api-base", stub.api_base,
              "--judge", "proxy", "--programs", str(tmp / f"programs-{k}")],
@@ -136,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     print(text)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     write_text(out / f"{stamp}.json", json.dumps({"date": stamp, **result}, indent=1) + "\n")
     write_text(out / f"{stamp}.txt", text + "\n")
     print(f"-> {out / stamp}.{{json,txt}}")

@@ -18,10 +18,11 @@ lane() { printf '\n[test] == %s lane ==\n' "$1" >&2; }
 
 fast() {
   lane fast
-  "$PYTHON" -c 'import tide_dspy, pytest, ruff' 2>/dev/null || "${PIP[@]}" install -e ".[dev]"
+  "$PYTHON" -c 'import tide_dspy, pytest, xdist, ruff' 2>/dev/null || "${PIP[@]}" install -e ".[dev]"
   "$PYTHON" -m ruff check .
   "$PYTHON" scripts/check_docs.py
-  "$PYTHON" -m pytest -m "not local and not postgres"
+  # One worker per core (pytest-xdist).
+  "$PYTHON" -m pytest -m "not local and not postgres" -n auto
 }
 
 full() {

@@ -76,3 +76,11 @@ def repository_fixture_instance():
     from tide_dspy.data.records import instance_from_record
 
     return instance_from_record(_first_record(REPOSITORY_JSONL))
+
+
+@pytest.fixture
+def repo(tmp_path) -> Path:
+    """A committed git checkout with one planted bug (tests/sample_checkout.py)."""
+    from sample_checkout import make_repo
+
+    return make_repo(tmp_path / "repo")

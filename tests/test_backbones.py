@@ -11,8 +11,16 @@ import dspy
 import pytest
 from dspy.lm15 import Config, Message, Request
 
-from tide_dspy.backbones import BACKBONES, LMOptions, adapter_for, describe_lm, get_lm, lm_from_options, resolve
-from tide_dspy.backbones import weights
+from tide_dspy.backbones import (
+    BACKBONES,
+    LMOptions,
+    adapter_for,
+    describe_lm,
+    get_lm,
+    lm_from_options,
+    resolve,
+    weights,
+)
 from tide_dspy.backbones.llamacpp import LlamaCppEngine
 from tide_dspy.backbones.usage import entries_since, lm_usage, usage_mark, usage_tokens
 from tide_dspy.discovery import TIDE
@@ -199,6 +207,23 @@ def test_usage_counts_only_the_entries_after_the_mark():
     assert lm_usage(None) is None
 
 
+def test_the_meter_counts_the_calls_and_cost_of_every_lm_since_it_was_made_without_cache_hits(monkeypatch):
+    from types import SimpleNamespace
+
+    from dspy.clients import base_lm
+
+    from tide_dspy.backbones.usage import Meter
+
+    history = [{"uuid": "before", "cost": 9.0}]
+    monkeypatch.setattr(base_lm, "GLOBAL_HISTORY", history)
+    meter = Meter()
+    history += [{"uuid": "a", "cost": 0.25}, {"uuid": "b", "cost": None},
+                {"uuid": "c", "cost": 1.0, "response": SimpleNamespace(cache_hit=True)}]
+    assert meter.spent() == (2, 0.25)
+    history.append({"uuid": "d", "cost": 0.5})
+    assert meter.spent() == (3, 0.75)  # read on from the last entry it saw
+
+
 def test_engine_builds_a_response_with_usage_and_bounds_max_tokens():
     fake = FakeLlama(reply="the answer", finish="length")
     engine = LlamaCppEngine("qwen2.5-coder-0.5b-instruct", llama=fake, max_tokens=100, seed=5)
@@ -250,7 +275,10 @@ def test_chat_adapter_runs_unconstrained_through_dspy():
 
 def test_too_long_prompt_names_both_sizes():
     fake = FakeLlama(n_ctx=5)
-    with dspy.context(lm=local_lm(fake)), pytest.raises(Exception, match=r"Requested tokens \(\d+\) exceed context window of 5.*n_ctx") as err:
+    with (
+        dspy.context(lm=local_lm(fake)),
+        pytest.raises(Exception, match=r"Requested tokens \(\d+\) exceed context window of 5.*n_ctx") as err,
+    ):
         dspy.Predict("question -> answer")(question="a rather long question")
     assert "ContextWindowExceeded" in type(err.value).__name__
 

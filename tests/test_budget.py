@@ -9,8 +9,21 @@ import pytest
 from routed_lm import RoutedLM, fixture_instances
 
 from tide_dspy.backbones.providers import Prices
-from tide_dspy.budget import (FREE, DEFAULT_REQUESTED_OUTPUT, Call, Estimator, Limits, PromptCounter, Tally,
-                              Target, entry_cost, optimizer_plan, over_window_reason, parse_price, round_shapes)
+from tide_dspy.backbones.usage import entry_cost
+from tide_dspy.budget import (
+    DEFAULT_REQUESTED_OUTPUT,
+    FREE,
+    Call,
+    Estimator,
+    Limits,
+    PromptCounter,
+    Tally,
+    Target,
+    optimizer_plan,
+    over_window_reason,
+    parse_price,
+    round_shapes,
+)
 from tide_dspy.evaluation import evaluate, format_table, read_rows
 from tide_dspy.programs import build_program
 from tide_dspy.util import tokens

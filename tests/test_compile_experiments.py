@@ -9,8 +9,8 @@ import json
 import dspy
 import pytest
 from routed_lm import FIXTURE_DATA, RoutedLM, fixture_instances
-from scripts import load_script
 
+from scripts import load_script
 from tide_dspy.programs import build_program, save_program
 from tide_dspy.schemas import Template
 from tide_dspy.templates import TemplateLibrary

@@ -12,7 +12,7 @@ from routed_lm import FIXTURE_DATA, RoutedLM, field_block, fixture_instances
 
 from tide_dspy.discovery import TIDE
 from tide_dspy.optimize import compile_program, make_metric, parse_options, split_train
-from tide_dspy.programs import build_program, load_program
+from tide_dspy.programs import load_program
 from tide_dspy.schemas import Template
 from tide_dspy.trials import Budget, TrialLog
 

@@ -9,8 +9,8 @@ import logging
 
 import dspy
 import pytest
-
 from conftest import WORKSPACE_JSONL, full_data  # fixtures/instances (hand-written); full_data: $TIDE_DATA
+
 from tide_dspy.cli.main import main
 from tide_dspy.data import InvalidRecordError, load_instances, load_with_report, to_examples
 from tide_dspy.data.stats import dataset_stats

@@ -55,7 +55,12 @@ TESTS = "from calc.ops import add\n\n\ndef test_add():\n    assert add(1, 2) == 
 # Each fix: (file, old text, new text, whether it touches the test file)
 FIXES = [
     ("calc/ops.py", "    return a - b\n\n\ndef sub", "    return a + b\n\n\ndef sub", True),
-    ("calc/ops.py", "        total = sum(xs)\n", "        if not xs:\n            return 0.0\n        total = sum(xs)\n", False),
+    (
+        "calc/ops.py",
+        "        total = sum(xs)\n",
+        "        if not xs:\n            return 0.0\n        total = sum(xs)\n",
+        False,
+    ),
     ("calc/util.py", "    return max(lo, x)\n", "    return min(hi, max(lo, x))\n", False),
     ("calc/util.py", "    return str(x)\n", "    return str(x)\n\n\ndef parse(s):\n    return float(s)\n", False),
     ("calc/ops.py", "SCALE = 1\n", "SCALE = 10\n", False),

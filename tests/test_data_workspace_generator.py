@@ -13,8 +13,15 @@ from tide_dspy.data.workspace_generator import WorkspaceGenerator, generate_work
 N_PROBLEMS = 4
 EVIDENCE_PER_PROBLEM = 3
 
-PERSONA = {"persona": {"full_name": "Ada Quill", "occupation": "Facilities Manager", "company_name": "Northfield College",
-                       "department": "Facilities", "about": "Runs buildings and maintenance."}}
+PERSONA = {
+    "persona": {
+        "full_name": "Ada Quill",
+        "occupation": "Facilities Manager",
+        "company_name": "Northfield College",
+        "department": "Facilities",
+        "about": "Runs buildings and maintenance.",
+    }
+}
 WORLD = {"world": {"email_domain": "northfield.example", "work_style": "structured",
                    "relationships": [{"name": f"Person {i}", "type": "colleague", "department": "Ops",
                                       "context": "works with Ada"} for i in range(8)],
@@ -46,7 +53,10 @@ def artifacts(n, tag, kind="email"):
 def answers(n_distractors, batch):
     out = [PERSONA, WORLD, bottlenecks(N_PROBLEMS)]
     for k in range(N_PROBLEMS):
-        out += [actions(k), artifacts(EVIDENCE_PER_PROBLEM, f"evidence {k}", kind=("email", "calendar", "document")[k % 3])]
+        out += [
+            actions(k),
+            artifacts(EVIDENCE_PER_PROBLEM, f"evidence {k}", kind=("email", "calendar", "document")[k % 3]),
+        ]
     for start in range(0, n_distractors, batch):
         out.append(artifacts(min(batch, n_distractors - start), f"distractor {start}"))
     return out

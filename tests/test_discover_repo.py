@@ -4,89 +4,20 @@ from __future__ import annotations
 
 import json
 import subprocess
-from pathlib import Path
 
 import dspy
 import pytest
 from dspy.utils.dummies import DummyLM
+from sample_checkout import BAD_PATCH, GOOD_PATCH, MATHUTIL, REPORT, TEXT, answers, finding, write_tree
 
 from tide_dspy.cli import discover_cmd
 from tide_dspy.cli.main import main
 from tide_dspy.data import estimate_tokens
+from tide_dspy.domains import NO_GUIDANCE
 from tide_dspy.product import discover_repository, write_report
 from tide_dspy.product.patches import APPLIES, DOES_NOT_APPLY, NO_PATCH, PatchChecker, git_toplevel
 from tide_dspy.product.run import select_files
 from tide_dspy.product.windows import PROMPT_OVERHEAD_TOKENS
-from tide_dspy.domains import NO_GUIDANCE
-
-MATHUTIL = '''def mean(values):
-    return sum(values) / (len(values) - 1)
-
-
-class Counter:
-    def __init__(self):
-        self.n = 0
-
-    def bump(self, by=1):
-        self.n += by
-        return self.n
-'''
-TEXT = "def shout(s):\n    return s.upper()\n"
-# A long docstring makes tools/ the larger package, for the window tests.
-REPORT = 'def render(rows):\n    """' + "Render rows as a table. " * 60 + '"""\n    return "\\n".join(rows)\n'
-
-GOOD_PATCH = """diff --git a/pkg/mathutil.py b/pkg/mathutil.py
---- a/pkg/mathutil.py
-+++ b/pkg/mathutil.py
-@@ -1,3 +1,3 @@
- def mean(values):
--    return sum(values) / (len(values) - 1)
-+    return sum(values) / len(values)
- 
-"""
-BAD_PATCH = """diff --git a/pkg/text.py b/pkg/text.py
---- a/pkg/text.py
-+++ b/pkg/text.py
-@@ -1,2 +1,2 @@
- def shout(text):
--    return text.lower()
-+    return text.upper()
-"""
-
-
-def run_git(cwd: Path, *args: str) -> None:
-    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@example.org", *args], cwd=cwd, check=True,
-                   capture_output=True)
-
-
-def write_tree(root: Path) -> Path:
-    (root / "pkg").mkdir(parents=True)
-    (root / "tools").mkdir()
-    (root / "pkg" / "__init__.py").write_text("")
-    (root / "pkg" / "mathutil.py").write_text(MATHUTIL)
-    (root / "pkg" / "text.py").write_text(TEXT)
-    (root / "tools" / "report.py").write_text(REPORT)
-    return root
-
-
-@pytest.fixture
-def repo(tmp_path) -> Path:
-    root = write_tree(tmp_path / "repo")
-    run_git(root, "init", "-q")
-    run_git(root, "add", ".")
-    run_git(root, "commit", "-qm", "initial")
-    return root
-
-
-def finding(description, evidence, patch, template="", why=""):
-    return {"description": description, "evidence_ids": evidence, "patch": patch,
-            "used_template_id": template, "why": why}
-
-
-def answers(*findings):
-    """A round that returns these findings, then an empty round that ends the loop."""
-    return [{"findings": json.dumps(list(findings))}, {"findings": "[]"}]
-
 
 # ---- patches ----
 
@@ -161,11 +92,16 @@ def test_discover_repository_checks_every_patch(repo):
 
 def test_large_context_is_split_into_windows_and_findings_merged(repo):
     # Each window answers from its own context; the repeated answer in round 2 is a re-discovery.
-    lm = DummyLM({
-        "tools/report.py::render": {"findings": json.dumps([finding("render drops rows", ["tools/report.py::render"], "")])},
-        "pkg/mathutil.py::mean": {"findings": json.dumps([finding("mean divides by n - 1", ["pkg/mathutil.py::mean"],
-                                                                  GOOD_PATCH)])},
-    })
+    lm = DummyLM(
+        {
+            "tools/report.py::render": {
+                "findings": json.dumps([finding("render drops rows", ["tools/report.py::render"], "")])
+            },
+            "pkg/mathutil.py::mean": {
+                "findings": json.dumps([finding("mean divides by n - 1", ["pkg/mathutil.py::mean"], GOOD_PATCH)])
+            },
+        }
+    )
     pkg_tokens = sum(estimate_tokens(p.read_text()) for p in (repo / "pkg").glob("*.py"))
     tools_tokens = estimate_tokens(REPORT)
     assert tools_tokens > pkg_tokens
@@ -266,8 +202,20 @@ def inject_lm(monkeypatch):
 
 def test_cli_end_to_end_with_templates(repo, tmp_path, inject_lm, capsys):
     library = tmp_path / "templates.json"
-    library.write_text(json.dumps({"templates": [{"id": "t1", "name": "Wrong divisor", "pattern": "an average "
-                                                  "divides by the wrong count", "evidence_flow": ["find a division"]}]}))
+    library.write_text(
+        json.dumps(
+            {
+                "templates": [
+                    {
+                        "id": "t1",
+                        "name": "Wrong divisor",
+                        "pattern": "an average divides by the wrong count",
+                        "evidence_flow": ["find a division"],
+                    }
+                ]
+            }
+        )
+    )
     inject_lm(DummyLM(answers(finding("mean divides by n - 1", ["pkg/mathutil.py::mean"], GOOD_PATCH, "t1",
                                       "the divisor is the count minus one"))))
     out = tmp_path / "report"

@@ -13,9 +13,10 @@ import pytest
 from dspy.utils.dummies import DummyLM
 
 from tide_dspy.cli.main import main
+from tide_dspy.domains import WORKSPACE
 from tide_dspy.product import discover_workspace
 from tide_dspy.product.ingest import ingest_workspace
-from tide_dspy.product.library import PROBE_ACTION_TYPES, default_actions, load_actions, load_profile
+from tide_dspy.product.library import default_actions, load_actions, load_profile
 
 FIXTURE = Path(__file__).parent / "fixtures" / "ingest"
 EMAIL_KEYS = ["subject", "sender", "to", "cc", "timestamp", "body"]
@@ -98,16 +99,18 @@ def test_bad_files_are_reported_by_name_and_skipped(workspace):
 
 def test_default_action_library_has_one_action_per_probe_type():
     actions = default_actions()
-    assert [a.type for a in actions] == list(PROBE_ACTION_TYPES)
+    assert [a.type for a in actions] == list(WORKSPACE.action_types)
     assert len({a.id for a in actions}) == len(actions) == 18
     assert next(a for a in actions if a.type == "send_email").required_parameters == ["recipients", "subject", "body"]
 
 
 def test_actions_and_profile_from_yaml(tmp_path):
     path = tmp_path / "actions.yaml"
-    path.write_text("actions:\n  - id: act_sign\n    type: request_approval\n    description: Ask Dana to e-sign REQ-2207\n"
-                    "    required_parameters: [approver, requisition_id]\n"
-                    "  - type: send_email\n    description: Email the vendor\n")
+    path.write_text(
+        "actions:\n  - id: act_sign\n    type: request_approval\n    description: Ask Dana to e-sign REQ-2207\n"
+        "    required_parameters: [approver, requisition_id]\n"
+        "  - type: send_email\n    description: Email the vendor\n"
+    )
     actions = load_actions(path)
     assert actions[0].id == "act_sign" and actions[0].required_parameters == ["approver", "requisition_id"]
     assert re.fullmatch(r"act_[0-9a-f]{8}", actions[1].id)

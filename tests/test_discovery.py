@@ -10,12 +10,16 @@ import pytest
 from dspy.utils.dummies import DummyLM
 
 from tide_dspy.discovery import TIDE, DiscoveryProgram, DiscoveryState, MultiAgent, SingleAgent
-from tide_dspy.schemas import Finding, Template
 from tide_dspy.domains import get_setting
+from tide_dspy.schemas import Finding, Template
 
 TEMPLATES = [
-    Template(id="ws-t01", name="Verbal approval not recorded", pattern="an approval said aloud never reached the system",
-             evidence_flow=["find a claim of approval", "find the system record still pending", "find the deadline"]),
+    Template(
+        id="ws-t01",
+        name="Verbal approval not recorded",
+        pattern="an approval said aloud never reached the system",
+        evidence_flow=["find a claim of approval", "find the system record still pending", "find the deadline"],
+    ),
 ]
 
 
@@ -59,7 +63,13 @@ def test_round_t_sees_exactly_the_findings_of_earlier_rounds(workspace_instance)
 
 
 def test_early_stop_on_a_round_with_nothing_new(workspace_instance):
-    lm = DummyLM([{"findings": [ws_draft(workspace_instance, 0)]}, {"findings": []}, {"findings": [ws_draft(workspace_instance, 2)]}])
+    lm = DummyLM(
+        [
+            {"findings": [ws_draft(workspace_instance, 0)]},
+            {"findings": []},
+            {"findings": [ws_draft(workspace_instance, 2)]},
+        ]
+    )
     with dspy.context(lm=lm):
         out = TIDE("workspace", max_rounds=5, per_round=2)(workspace_instance)
     assert len(lm.history) == 2
@@ -67,7 +77,7 @@ def test_early_stop_on_a_round_with_nothing_new(workspace_instance):
     assert len(out.findings) == 1
 
 
-def test_tide_makes_at_most_T_calls_and_multi_agent_exactly_n(workspace_instance):
+def test_tide_makes_at_most_t_calls_and_multi_agent_exactly_n(workspace_instance):
     answers = [{"findings": [ws_draft(workspace_instance, i)]} for i in range(0, 12, 2)]  # more answers than calls
     lm = DummyLM(list(answers))
     with dspy.context(lm=lm):
@@ -119,7 +129,13 @@ def test_a_unique_qualname_names_its_candidate_and_an_ambiguous_one_is_dropped(r
     assert q0 != q1
     twin = a1.model_copy(update={"id": f"elsewhere/twin.py::{q1}"})
     instance = repository_instance.model_copy(update={"artifacts": [a0, a1, twin]})
-    draft = {"description": "d", "evidence_ids": [q0, q1, "made_up", a0.id], "patch": "", "used_template_id": "", "why": ""}
+    draft = {
+        "description": "d",
+        "evidence_ids": [q0, q1, "made_up", a0.id],
+        "patch": "",
+        "used_template_id": "",
+        "why": "",
+    }
     with dspy.context(lm=DummyLM([{"findings": [draft]}])):
         out = SingleAgent("repository")(instance)
     assert out.findings[0].evidence == [a0.id]
@@ -158,7 +174,10 @@ def test_static_inputs_come_before_the_growing_state(workspace_instance):
     with dspy.context(lm=lm):
         TIDE("workspace", max_rounds=1)(workspace_instance)
     msg = user_messages(lm)[0]
-    order = [msg.index(f"[[ ## {f} ## ]]") for f in ("profile", "context", "actions", "templates", "max_new", "already_found")]
+    order = [
+        msg.index(f"[[ ## {f} ## ]]")
+        for f in ("profile", "context", "actions", "templates", "max_new", "already_found")
+    ]
     assert order == sorted(order)
 
 
@@ -207,8 +226,12 @@ def test_every_program_runs_on_a_repository_instance(repository_instance):
 
 
 def test_every_program_runs_on_a_workspace_instance(workspace_instance):
-    for program in (TIDE("workspace", templates=TEMPLATES), SingleAgent("workspace"), MultiAgent("workspace", max_rounds=2),
-                    TIDE("workspace", guidance="demos", demos=["Solved example: ..."])):
+    for program in (
+        TIDE("workspace", templates=TEMPLATES),
+        SingleAgent("workspace"),
+        MultiAgent("workspace", max_rounds=2),
+        TIDE("workspace", guidance="demos", demos=["Solved example: ..."]),
+    ):
         lm = DummyLM([{"findings": [ws_draft(workspace_instance, 0)]}, {"findings": []}, {"findings": []}])
         with dspy.context(lm=lm):
             out = program(workspace_instance)

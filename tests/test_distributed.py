@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 
 import pytest
+
 from scripts import load_script
 
 TRIALS = 3

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from scripts import load_script
 
 check_docs = load_script("check_docs", folder="scripts")
@@ -66,3 +67,29 @@ def test_an_undocumented_variable_is_found(tmp_path):
 def test_the_code_reads_the_variables_the_registry_and_settings_name():
     names = check_docs.env_reads(check_docs.ROOT / "tide_dspy")
     assert {"TIDE_DATA", "TIDE_N_CTX", "OPENAI_API_KEY", "MLFLOW_TRACKING_URI"} <= names
+
+
+def test_the_shipped_docs_pass(capsys):
+    assert check_docs.main([]) == 0, capsys.readouterr().out
+
+
+def configuration_defaults() -> dict[str, str]:
+    """The default cell of each row of README.md's configuration table, by variable."""
+    text = (check_docs.ROOT / "README.md").read_text(encoding="utf-8")
+    rows = {}
+    for line in text.splitlines():
+        m = check_docs.ENV_TABLE_ROW.match(line)
+        if m:
+            rows[m.group(1)] = line.split("|")[2].strip()
+    return rows
+
+
+def test_the_configuration_table_gives_the_code_s_defaults():
+    from tide_dspy.backbones import llamacpp, prompt_cache
+    from tide_dspy.backbones.calls import RetryPolicy
+
+    defaults = configuration_defaults()
+    assert defaults["TIDE_N_CTX"] == str(llamacpp.DEFAULT_N_CTX)
+    assert defaults["TIDE_NUM_RETRIES"] == str(RetryPolicy.retries)
+    assert defaults["TIDE_PROMPT_CACHE_MAX_MB"] == str(prompt_cache.DEFAULT_MAX_MB)
+    assert defaults["TIDE_MAX_TOKENS"].startswith(f"{llamacpp.DEFAULT_MAX_TOKENS} embedded")

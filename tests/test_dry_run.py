@@ -9,9 +9,10 @@ import pytest
 from routed_lm import FIXTURE_DATA, RoutedLM, fixture_instances
 
 from tide_dspy.cli.main import main
+from tide_dspy.data.selection import Selection
 from tide_dspy.evaluation import evaluate
 from tide_dspy.programs import build_program
-from tide_dspy.workflows import ProgramShape, Selection, estimate_split
+from tide_dspy.workflows import ProgramShape, estimate_split
 
 WORKSPACE = str(FIXTURE_DATA / "workspace")
 

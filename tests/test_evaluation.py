@@ -9,7 +9,8 @@ import pytest
 from routed_lm import RoutedLM, fixture_instances
 
 from tide_dspy import metrics
-from tide_dspy.evaluation import data_path, evaluate, format_table, read_rows, select_instances
+from tide_dspy.data.selection import data_path, select_instances
+from tide_dspy.evaluation import evaluate, format_table, read_rows
 from tide_dspy.programs import build_program
 
 
@@ -95,7 +96,9 @@ def test_a_resumed_run_adds_instances_and_usage_and_refuses_another_config(tmp_p
     assert json.loads((tmp_path / "summary.json").read_text())["instances"] == [second.instance_id]
 
     other = build_program("iter", "workspace", max_rounds=3, per_round=2)
-    with pytest.raises(ValueError, match=r"config.json: the rows here came from another run configuration \(differs in program"):
+    with pytest.raises(
+        ValueError, match=r"config.json: the rows here came from another run configuration \(differs in program"
+    ):
         evaluate(other, train, out_path=out, lm=RoutedLM(train), progress=False, resume=True)
     evaluate(other, train[:1], out_path=out, lm=RoutedLM(train), progress=False, resume=False)  # starting over is fine
 
@@ -117,7 +120,11 @@ def test_a_failing_instance_is_recorded_scored_zero_and_rerun_on_resume(tmp_path
 
 def test_a_cut_last_line_is_ignored(tmp_path):
     out = tmp_path / "results.jsonl"
-    row = {"instance_id": "a", "score": metrics.score_instance([], [], setting="workspace").model_dump(), "findings": []}
+    row = {
+        "instance_id": "a",
+        "score": metrics.score_instance([], [], setting="workspace").model_dump(),
+        "findings": [],
+    }
     out.write_text(json.dumps(row) + "\n" + '{"instance_id": "b", "sco')
     assert list(read_rows(out)) == ["a"]
 
@@ -130,7 +137,7 @@ def test_judge_none_leaves_judged_components_unscored(train, tmp_path):
 
 
 def test_select_instances_by_context_size(repository_instance, workspace_instance):
-    from tide_dspy.evaluation import context_tokens
+    from tide_dspy.data.selection import context_tokens
 
     small, large = sorted([repository_instance, workspace_instance], key=context_tokens)
     assert select_instances([large, small], max_context_tokens=context_tokens(small)) == [small]

@@ -10,9 +10,9 @@ import dspy
 import pytest
 from dspy.utils.dummies import DummyLM
 
-from tide_dspy.templates import TemplateLibrary
-from tide_dspy.schemas import Template
 from scripts import load_script
+from tide_dspy.schemas import Template
+from tide_dspy.templates import TemplateLibrary
 
 
 @pytest.fixture
@@ -21,10 +21,24 @@ def run_module(monkeypatch, tmp_path, repository_instance):
     ids = [a.id for a in repository_instance.artifacts]
     gold = repository_instance.problems[0].evidence
     # Every round answers the same two findings: one on a gold function, one on a distractor.
-    answer = {"findings": [
-        {"description": "bug in the gold function", "evidence_ids": gold, "patch": "no diff", "used_template_id": "repo-t001", "why": "fits"},
-        {"description": "bug elsewhere", "evidence_ids": [i for i in ids if i not in gold][:1], "patch": "", "used_template_id": "", "why": ""},
-    ]}
+    answer = {
+        "findings": [
+            {
+                "description": "bug in the gold function",
+                "evidence_ids": gold,
+                "patch": "no diff",
+                "used_template_id": "repo-t001",
+                "why": "fits",
+            },
+            {
+                "description": "bug elsewhere",
+                "evidence_ids": [i for i in ids if i not in gold][:1],
+                "patch": "",
+                "used_template_id": "",
+                "why": "",
+            },
+        ]
+    }
     dspy.configure(lm=DummyLM({"max_new": answer}))
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
     monkeypatch.setenv("TIDE_DATA", str(Path(__file__).resolve().parent / "fixtures" / "instances"))
@@ -35,8 +49,20 @@ def test_experiments_write_tables_plots_and_meta(run_module, tmp_path, repositor
     library = TemplateLibrary([Template(id="repo-t001", name="n", pattern="p", evidence_flow=["a"])], "repository")
     templates = library.save(tmp_path / "templates.json")
     out = tmp_path / "out"
-    common = ["--setting", "repository", "--split", repository_instance.split, "--instances", repository_instance.instance_id,
-              "--templates", str(templates), "--judge", "proxy", "--out", str(out)]
+    common = [
+        "--setting",
+        "repository",
+        "--split",
+        repository_instance.split,
+        "--instances",
+        repository_instance.instance_id,
+        "--templates",
+        str(templates),
+        "--judge",
+        "proxy",
+        "--out",
+        str(out),
+    ]
     for experiment in ("table1", "steps", "rounds", "instances"):
         assert run_module.main([experiment, *common]) == 0
     assert run_module.main(["budget", *common, "--budgets", "2", "3"]) == 0

@@ -12,8 +12,8 @@ from dspy.utils.dummies import DummyLM
 from tide_dspy.backbones.llamacpp import LlamaCppEngine
 from tide_dspy.data import load_instances
 from tide_dspy.discovery import TIDE, FirstListed, RandomBaseline, SingleAgent
-from tide_dspy.programs import build_program, load_program, save_program
 from tide_dspy.domains import MAX_PARAMETER_CHARS, ContextView
+from tide_dspy.programs import build_program, load_program, save_program
 
 FIXTURES = Path(__file__).parent / "fixtures" / "instances"
 

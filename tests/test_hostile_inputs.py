@@ -1,4 +1,4 @@
-"""Issue 13: `tide` run in a stranger's folder, on hostile or broken input. Each test failed before its fix.
+"""`tide` run in a stranger's folder, on hostile or broken input: each test names one way in and what stops it.
 
 No model: DummyLM answers; small fixtures under tests/fixtures/hostile/ and temporary folders.
 """
@@ -14,22 +14,23 @@ from pathlib import Path
 import dspy
 import pytest
 from dspy.utils.dummies import DummyLM
-from test_discover_repo import GOOD_PATCH, answers, finding, repo  # noqa: F401 (repo: a fixture)
+from sample_checkout import GOOD_PATCH, answers, finding
 
 from tide_dspy.backbones import describe_lm, get_lm
-from tide_dspy.util.secrets import scrub_secrets
 from tide_dspy.cli.common import command_line
-from tide_dspy.tracking import record_provenance
 from tide_dspy.cli.main import main
 from tide_dspy.data import safe_files
 from tide_dspy.data.git_tools import GitClone
 from tide_dspy.data.loaders import InvalidRecordError, load_instances, load_with_report
-from tide_dspy.util.jsonio import read_json_file
+from tide_dspy.domains import REPOSITORY
+from tide_dspy.evaluation import evaluate, read_rows
 from tide_dspy.product import discover_repository, discover_workspace, write_report
 from tide_dspy.product.ingest import ingest_workspace
 from tide_dspy.product.run import choose_program, select_files
-from tide_dspy.evaluation import evaluate, read_rows
 from tide_dspy.programs import build_program, load_program, save_program
+from tide_dspy.tracking import record_provenance
+from tide_dspy.util.jsonio import read_json_file
+from tide_dspy.util.secrets import scrub_secrets
 
 HOSTILE = Path(__file__).parent / "fixtures" / "hostile"
 INGEST = Path(__file__).parent / "fixtures" / "ingest"
@@ -56,7 +57,7 @@ def test_a_programs_folder_in_the_working_directory_is_not_loaded(tmp_path, monk
     stranger = tmp_path / "stranger"
     write(stranger / "programs" / "repository" / "local" / "tide.json", state)
     monkeypatch.chdir(stranger)
-    program, source = choose_program("repository", "local")
+    program, source = choose_program(REPOSITORY, "local")
     assert str(stranger) not in source and program.max_rounds != 7
 
 
@@ -151,7 +152,8 @@ def test_an_unknown_charset_is_decoded_with_a_fallback_and_recorded(tmp_path):
     bodies = {a.payload["subject"]: a.payload["body"] for a in result.artifacts}
     assert bodies["Venue deposit due Friday"].startswith("The venue deposit is due on Friday")
     assert [(f.path, f.reason) for f in result.fallbacks] == [
-        ("bad-charset.eml", "message <deposit-0310@example.org>: unknown charset 'x-no-such-charset'; decoded as UTF-8")]
+        ("bad-charset.eml", "message <deposit-0310@example.org>: unknown charset 'x-no-such-charset'; decoded as UTF-8")
+    ]
     run = discover_workspace(ws, lm=DummyLM([{"findings": "[]"}] * 4), backbone="none-shipped",
                              progress=lambda line: None)
     assert any("bad-charset.eml: kept, message <deposit-0310@example.org>: unknown charset" in n for n in run.notes)
@@ -253,8 +255,13 @@ def test_mlflow_params_hold_no_query_string_credentials(tmp_path):
     from tide_dspy.tracking import tracked_run
 
     lm = dspy.LM("openai/x", api_base=f"http://h/v1?token={SECRET}", extra_headers={"Authorization": SECRET})
-    with tracked_run("evaluate", setting="workspace", backbone="b", uri=f"sqlite:///{tmp_path}/m.db",
-                     params={"lm": describe_lm(lm), "command": f"tide evaluate --api-base http://h/v1?key={SECRET}"}) as run:
+    with tracked_run(
+        "evaluate",
+        setting="workspace",
+        backbone="b",
+        uri=f"sqlite:///{tmp_path}/m.db",
+        params={"lm": describe_lm(lm), "command": f"tide evaluate --api-base http://h/v1?key={SECRET}"},
+    ) as run:
         run_id = run.info.run_id
     params = mlflow.get_run(run_id).data.params
     assert SECRET not in json.dumps(params) and "REDACTED" in params["command"]
@@ -306,8 +313,8 @@ def test_a_corrupt_saved_program_names_the_file(tmp_path, corrupt, message):
 
 
 def test_bad_yaml_files_name_the_file(tmp_path):
-    from tide_dspy.product.library import load_profile
     from tide_dspy.optimize import load_optimizer_config
+    from tide_dspy.product.library import load_profile
 
     profile = tmp_path / "profile.yaml"
     profile.write_bytes(b"full_name: Jos\xe9\n")
@@ -342,11 +349,17 @@ def test_out_pointing_at_a_file_is_refused_before_any_lm_work(repo, tmp_path, mo
     assert taken.read_text() == "a file\n"
 
 
-@pytest.mark.parametrize("argv,message", [
-    (["evaluate", "--method", "iter", "--setting", "workspace", "--limit", "-1"], "argument --limit: must be at least 1, got -1"),
-    (["discover", "repo", ".", "--max-tokens", "-5"], "argument --max-tokens: must be at least 1, got -5"),
-    (["discover", "repo", ".", "--rounds", "0"], "argument --rounds: must be at least 1, got 0"),
-])
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (
+            ["evaluate", "--method", "iter", "--setting", "workspace", "--limit", "-1"],
+            "argument --limit: must be at least 1, got -1",
+        ),
+        (["discover", "repo", ".", "--max-tokens", "-5"], "argument --max-tokens: must be at least 1, got -5"),
+        (["discover", "repo", ".", "--rounds", "0"], "argument --rounds: must be at least 1, got 0"),
+    ],
+)
 def test_negative_counts_are_refused_by_name(argv, message, capsys):
     with pytest.raises(SystemExit) as exit_:
         main(argv)
@@ -354,7 +367,7 @@ def test_negative_counts_are_refused_by_name(argv, message, capsys):
 
 
 def test_negative_max_tokens_and_limit_are_refused_in_the_library_too(monkeypatch):
-    from tide_dspy.evaluation import select_instances
+    from tide_dspy.data.selection import select_instances
 
     with pytest.raises(ValueError, match="max_tokens must be at least 1, got -5"):
         get_lm("openai/x", max_tokens=-5)

@@ -22,13 +22,12 @@ from pathlib import Path
 import dspy
 import pytest
 from dspy.utils.dummies import DummyLM
-from scripts import load_script
-from test_discover_repo import GOOD_PATCH, answers, finding, repo, run_git  # noqa: F401 (repo: a fixture)
+from sample_checkout import GOOD_PATCH, answers, finding, run_git
 
+from scripts import load_script
 from tide_dspy.cli.main import build_parser, main
 from tide_dspy.evaluation import evaluate
 from tide_dspy.product import discover_repository, write_report
-from tide_dspy.product.ingest import ingest_workspace
 from tide_dspy.programs import build_program
 
 StubServer = load_script("stub_server").StubServer

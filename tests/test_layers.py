@@ -10,6 +10,24 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "tide_dspy"
+ROOT = PACKAGE.parent
+
+# The layers, lowest first: a unit imports only units of lower layers. A new module or subpackage gets a place here.
+LAYERS = [
+    {"tide_dspy.util", "tide_dspy.schemas", "tide_dspy.lexical", "tide_dspy.workspace_actions"},
+    {"tide_dspy.signatures", "tide_dspy.abstraction", "tide_dspy.shipped", "tide_dspy.sandbox", "tide_dspy.backbones",
+     "tide_dspy.testing"},
+    {"tide_dspy.domains", "tide_dspy.retry", "tide_dspy.refinement"},
+    {"tide_dspy.scan", "tide_dspy.templates", "tide_dspy.tracking", "tide_dspy.data"},
+    {"tide_dspy.discovery", "tide_dspy.metrics"},
+    {"tide_dspy.programs", "tide_dspy.budget", "tide_dspy.analysis"},
+    {"tide_dspy.evaluation", "tide_dspy.product"},
+    {"tide_dspy.trials"},
+    {"tide_dspy.optimize"},
+    {"tide_dspy.workflows"},
+    {"tide_dspy.cli"},
+]
+LAYER = {unit: n for n, units in enumerate(LAYERS) for unit in units}
 
 
 def unit_of(module: str) -> str:
@@ -18,20 +36,30 @@ def unit_of(module: str) -> str:
     return ".".join(parts[:2])
 
 
+def module_name(path: Path) -> str:
+    rel = path.relative_to(ROOT).with_suffix("")
+    return ".".join(rel.parts[:-1] if rel.name == "__init__" else rel.parts)
+
+
+MODULES = {module_name(path): path for path in PACKAGE.rglob("*.py")}
+
+
+def imported(path: Path) -> set[str]:
+    """The tide_dspy modules a file imports, at any depth (function-level imports count); `from package import
+    submodule` names the submodule, `from package import name` the package."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.update(f"{node.module}.{alias.name}" if f"{node.module}.{alias.name}" in MODULES else node.module
+                         for alias in node.names)
+        elif isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+    return {m for m in found if m.split(".")[0] == "tide_dspy"}
+
+
 def imports() -> dict[str, set[str]]:
-    """Module -> the tide_dspy modules it imports, at any depth (function-level imports count)."""
-    graph = {}
-    for path in PACKAGE.rglob("*.py"):
-        rel = path.relative_to(PACKAGE.parent).with_suffix("")
-        module = ".".join(rel.parts[:-1] if rel.name == "__init__" else rel.parts)
-        found = set()
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                found.add(node.module)
-            elif isinstance(node, ast.Import):
-                found.update(alias.name for alias in node.names)
-        graph[module] = {m for m in found if m.split(".")[0] == "tide_dspy"}
-    return graph
+    """Module -> the tide_dspy modules it imports."""
+    return {module: imported(path) for module, path in MODULES.items()}
 
 
 @functools.cache
@@ -68,6 +96,34 @@ def test_a_shared_service_never_imports_its_users(low, high):
         assert unit != high, f"{low} imports {high} (directly or through another layer), which sits above it"
         seen.add(unit)
         todo += [t for t in graph.get(unit, ()) if t not in seen]
+
+
+def test_every_unit_has_a_layer():
+    unplaced = set(unit_graph()) - set(LAYER)
+    assert unplaced == set(), f"place {', '.join(sorted(unplaced))} in LAYERS"
+
+
+def test_no_unit_imports_one_on_its_own_layer_or_above():
+    upward = sorted(f"{unit} (layer {LAYER[unit]}) imports {target} (layer {LAYER[target]})"
+                    for unit, targets in unit_graph().items() for target in targets
+                    if unit in LAYER and target in LAYER and LAYER[target] >= LAYER[unit])
+    assert upward == []
+
+
+def test_the_modules_have_no_cycle():
+    graph = {module: {t for t in targets if t in MODULES and t != module} for module, targets in imports().items()}
+    try:
+        tuple(TopologicalSorter(graph).static_order())
+    except CycleError as exc:
+        pytest.fail(f"these modules import each other: {' -> '.join(exc.args[1])}")
+
+
+@pytest.mark.parametrize("folder", ["experiments", "examples", "scripts"])
+def test_scripts_reach_the_cli_only_through_its_entry_point(folder):
+    """Scripts build on the library; from the CLI they may only run a command (tide_dspy.cli.main)."""
+    reached = {f"{path.relative_to(ROOT)}: {module}" for path in (ROOT / folder).rglob("*.py")
+               for module in imported(path) if unit_of(module) == "tide_dspy.cli" and module != "tide_dspy.cli.main"}
+    assert reached == set()
 
 
 def test_util_imports_only_util():

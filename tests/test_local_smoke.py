@@ -35,7 +35,9 @@ def small_lm():
 
 @pytest.fixture(scope="module")
 def repository_fixture():
-    return load_instances(Path(__file__).parent / "fixtures" / "instances" / "repository" / "instances.jsonl", setting="repository")[0]
+    return load_instances(
+        Path(__file__).parent / "fixtures" / "instances" / "repository" / "instances.jsonl", setting="repository"
+    )[0]
 
 
 def test_tide_on_local_small_writes_grounded_findings_and_reuses_the_prefix(small_lm, repository_fixture):

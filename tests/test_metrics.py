@@ -37,7 +37,9 @@ def gold(pid: str, evidence: list[str], action_id: str = "send_email", **params)
 
 
 def finding(evidence: list[str], description: str = "something", action_id: str = "send_email", **params) -> Finding:
-    return Finding(description=description, evidence=evidence, action=ChosenAction(action_id=action_id, parameters=params))
+    return Finding(
+        description=description, evidence=evidence, action=ChosenAction(action_id=action_id, parameters=params)
+    )
 
 
 class StubJudge:
@@ -170,7 +172,9 @@ def test_overlap_kind_is_used_for_matching_and_retrieval():
 
 def test_dict_inputs_score_like_schema_objects():
     gold_dicts = [g.model_dump(exclude={"problem_id"}) for g in GOLD_A]
-    finding_dicts = [{"description": f.description, "evidence": f.evidence, "action": f.action.model_dump()} for f in FINDINGS_A]
+    finding_dicts = [
+        {"description": f.description, "evidence": f.evidence, "action": f.action.model_dump()} for f in FINDINGS_A
+    ]
     from_dicts = score_instance(gold_dicts, finding_dicts, judge=ProxyJudge())
     from_objects = score_instance(GOLD_A, FINDINGS_A, judge=ProxyJudge())
     assert from_dicts.coverage == from_objects.coverage and from_dicts.precision == from_objects.precision
@@ -249,7 +253,9 @@ def test_likert_normalisation_and_clamping():
 def test_llm_judge_parses_normalises_and_uses_its_own_lm():
     backbone = DummyLM([{"rationale": "backbone", "score": "1"}])
     dspy.configure(lm=backbone)
-    judge_lm = DummyLM([{"rationale": "same people and cause", "score": "4"}, {"rationale": "same action", "score": "5"}])
+    judge_lm = DummyLM(
+        [{"rationale": "same people and cause", "score": "4"}, {"rationale": "same action", "score": "5"}]
+    )
     judge = LLMJudge(judge_lm)
     s = score_instance([gold("g1", ["a"])], [finding(["a"])], judge=judge)
     assert s.coverage["identification"] == 0.75 and s.coverage["resolution"] == 1.0
@@ -280,15 +286,25 @@ def test_llm_judge_records_a_parse_failure_and_keeps_scoring():
 
 
 def test_llm_judge_retry_recovers():
-    lm = DummyLM([{"rationale": "hm", "score": "n/a"}, {"rationale": "ok", "score": "3"}, {"rationale": "ok", "score": "2"}])
+    lm = DummyLM(
+        [{"rationale": "hm", "score": "n/a"}, {"rationale": "ok", "score": "3"}, {"rationale": "ok", "score": "2"}]
+    )
     with dspy.context(adapter=dspy.ChatAdapter(use_json_adapter_fallback=False)):
         verdict = LLMJudge(lm)(gold("g1", ["a"]), finding(["a"]), "workspace")
     assert verdict.identification == 0.5 and verdict.resolution == 0.25 and verdict.failures == 0
 
 
 def test_llm_judge_repository_compares_patches_and_gates_missing_patch():
-    g = GoldProblem(problem_id="b1", description="off by one", evidence=["m.py::f"], patch="diff --git a/m.py b/m.py\n-x\n+y\n")
-    lm = DummyLM([{"rationale": "same bug", "score": "5"}, {"rationale": "same fix", "score": "5"}, {"rationale": "x", "score": "5"}])
+    g = GoldProblem(
+        problem_id="b1", description="off by one", evidence=["m.py::f"], patch="diff --git a/m.py b/m.py\n-x\n+y\n"
+    )
+    lm = DummyLM(
+        [
+            {"rationale": "same bug", "score": "5"},
+            {"rationale": "same fix", "score": "5"},
+            {"rationale": "x", "score": "5"},
+        ]
+    )
     judge = LLMJudge(lm)
     verdict = judge(g, Finding(description="off by one", evidence=["m.py::f"], patch=g.patch), "repository")
     assert verdict.resolution == 1.0 and "diff --git a/m.py" in lm.history[1]["messages"][-1]["content"]
@@ -313,9 +329,13 @@ def test_proxy_judge_is_labelled_and_lexical():
 def test_proxy_judge_repository_uses_changed_lines():
     patch = "diff --git a/m.py b/m.py\n--- a/m.py\n+++ b/m.py\n@@ -1 +1 @@\n-    return x\n+    return x + 1\n"
     g = GoldProblem(problem_id="b1", description="d", evidence=["m.py::f"], patch=patch)
-    same = ProxyJudge()(g, Finding(description="d", evidence=["m.py::f"], patch=patch.replace("a/m.py", "a/./m.py")), "repository")
+    same = ProxyJudge()(
+        g, Finding(description="d", evidence=["m.py::f"], patch=patch.replace("a/m.py", "a/./m.py")), "repository"
+    )
     assert same.resolution == 1.0
-    different = ProxyJudge()(g, Finding(description="d", evidence=["m.py::f"], patch=patch.replace("x + 1", "None")), "repository")
+    different = ProxyJudge()(
+        g, Finding(description="d", evidence=["m.py::f"], patch=patch.replace("x + 1", "None")), "repository"
+    )
     assert 0.0 < different.resolution < 1.0
 
 
@@ -367,7 +387,9 @@ def test_tide_metric_in_dspy_evaluate(example):
 
 
 def test_gold_findings_score_one_on_a_workspace_instance(workspace_instance):
-    findings = [Finding(description=p.description, evidence=p.evidence, action=p.action) for p in workspace_instance.problems]
+    findings = [
+        Finding(description=p.description, evidence=p.evidence, action=p.action) for p in workspace_instance.problems
+    ]
     pred = dspy.Prediction(findings=findings)
     ex = dspy.Example(case=workspace_instance).with_inputs("case")
     assert tide_metric()(ex, pred) == 1.0
@@ -375,7 +397,9 @@ def test_gold_findings_score_one_on_a_workspace_instance(workspace_instance):
 
 
 def test_gold_patches_score_one_on_a_repository_instance(repository_instance):
-    findings = [Finding(description=p.description, evidence=p.evidence, patch=p.patch) for p in repository_instance.problems]
+    findings = [
+        Finding(description=p.description, evidence=p.evidence, patch=p.patch) for p in repository_instance.problems
+    ]
     s = score_instance(repository_instance, findings, judge=ProxyJudge(), setting="repository")
     assert s.f1 == {"retrieval": 1.0, "identification": 1.0, "resolution": 1.0}
 

@@ -29,7 +29,9 @@ from tide_dspy.schemas import Template
 from tide_dspy.shipped import OPTIMIZERS_DIR
 from tide_dspy.templates import TemplateLibrary, solved_demos
 
-TEMPLATES = [Template(id=f"ws-t0{i}", name=f"pattern {i}", pattern=f"shape {i}", evidence_flow=["x"]) for i in range(1, 5)]
+TEMPLATES = [
+    Template(id=f"ws-t0{i}", name=f"pattern {i}", pattern=f"shape {i}", evidence_flow=["x"]) for i in range(1, 5)
+]
 
 
 @pytest.fixture(scope="module")

@@ -24,9 +24,16 @@ from tide_dspy.data.git_tools import GitClone, Snapshot
 from tide_dspy.product import discover_repository
 from tide_dspy.product.patches import PatchChecker
 from tide_dspy.product.run import select_files
-from tide_dspy.product.verify import FLAGGED, VERIFIED, tree_files
-from tide_dspy.sandbox import (Limits, Sandbox, SandboxOptions, VerifyError, patch_concerns, run_tests,
-                               sandbox_unavailable)
+from tide_dspy.product.verify import FLAGGED, tree_files
+from tide_dspy.sandbox import (
+    Limits,
+    Sandbox,
+    SandboxOptions,
+    VerifyError,
+    patch_concerns,
+    run_tests,
+    sandbox_unavailable,
+)
 from tide_dspy.util.git import head_sha
 
 FIXTURE = Path(__file__).parent / "fixtures" / "verify_repo"
@@ -302,9 +309,11 @@ def test_there_is_no_network(tmp_path):
 def test_the_process_limit_stops_a_fork_bomb(tmp_path):
     tree = tmp_path / "tree"
     tree.mkdir()
-    code = ("import os, time\nn = 0\ntry:\n    for _ in range(60):\n        if os.fork() == 0:\n"
-            "            time.sleep(2); os._exit(0)\n        n += 1\nexcept OSError as exc:\n    print('stopped', exc)\n"
-            "print('started', n)")
+    code = (
+        "import os, time\nn = 0\ntry:\n    for _ in range(60):\n        if os.fork() == 0:\n"
+        "            time.sleep(2); os._exit(0)\n        n += 1\nexcept OSError as exc:\n    print('stopped', exc)\n"
+        "print('started', n)"
+    )
     out = run_python(tree, code, limits=Limits(processes=20))
     started = int(out.split("started ")[1].split()[0])
     assert "stopped" in out and started < 20

@@ -10,11 +10,11 @@ import dspy
 import pytest
 from dspy.utils.dummies import DummyLM
 
-from tide_dspy.discovery import TIDE, SingleAgent
 from tide_dspy.data import load_instances
+from tide_dspy.discovery import TIDE, SingleAgent
+from tide_dspy.domains import ContextView
 from tide_dspy.programs import load_program, save_program
 from tide_dspy.scan import Scanner, Suspect, expected_rating, rank, recall_at
-from tide_dspy.domains import ContextView
 
 FIXTURES = Path(__file__).parent / "fixtures" / "instances"
 SCORES = [1, 9, 0, 2, 8, 0]  # slugify, truncate, mean, clamp, Cache.get, Cache.put
@@ -156,8 +156,12 @@ class LogprobEngine:
         if request.config.logprobs is not None and self.refuse_logprobs:
             raise ValueError("this provider does not support logprobs")
         prompt = request.messages[-1].text
-        answer = '[[ ## suspicion ## ]]\n0\n\n[[ ## template_id ## ]]\n\n\n[[ ## reason ## ]]\nok\n\n[[ ## completed ## ]]'
-        p9 = 0.4 if any(f"### {name} " in prompt.split("[[ ## artifact ## ]]")[-1] for name in self.suspicious) else 0.05
+        answer = (
+            "[[ ## suspicion ## ]]\n0\n\n[[ ## template_id ## ]]\n\n\n[[ ## reason ## ]]\nok\n\n[[ ## completed ## ]]"
+        )
+        p9 = (
+            0.4 if any(f"### {name} " in prompt.split("[[ ## artifact ## ]]")[-1] for name in self.suspicious) else 0.05
+        )
         steps = (TokenLogprob(token="[[ ## suspicion ## ]]\n", logprob=0.0),
                  TokenLogprob(token="0", logprob=math.log(1 - p9),
                               top=(TopLogprob(token="0", logprob=math.log(1 - p9)),

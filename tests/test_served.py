@@ -9,10 +9,9 @@ import dspy
 import pytest
 from pydantic import BaseModel, Field
 
+from scripts import load_script
 from tide_dspy.backbones import adapter_for, describe_lm, get_lm
 from tide_dspy.backbones.served import ServedEngine
-from scripts import load_script
-
 
 StubServer = load_script("stub_server").StubServer
 

@@ -21,9 +21,9 @@ import dspy
 import pytest
 from pydantic import BaseModel, Field
 
+from scripts import load_script
 from tide_dspy.backbones import adapter_for, get_lm
 from tide_dspy.backbones.weights import LOCAL_MODELS, WeightsError, assemble
-from scripts import load_script
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "tiny_workspace.jsonl"
 STARTUP_SECONDS = 180

@@ -10,7 +10,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from conftest import full_data
 
 from tide_dspy.abstraction import case_text, check, source_keys

@@ -9,8 +9,8 @@ import pytest
 from dspy.utils.dummies import DummyLM
 from routed_lm import RoutedLM, fixture_instances
 
-from tide_dspy.schemas import Template
 from tide_dspy.domains import get_setting
+from tide_dspy.schemas import Template
 from tide_dspy.templates import (
     Distiller,
     TemplateLibrary,

@@ -5,13 +5,12 @@ from __future__ import annotations
 import json
 
 import dspy
-
 from routed_lm import FIXTURE_DATA, RoutedLM, fixture_instances
 
-from tide_dspy.schemas import Template
-from tide_dspy.domains import get_setting
-from tide_dspy.templates import TemplateLibrary
 from scripts import load_script
+from tide_dspy.domains import get_setting
+from tide_dspy.schemas import Template
+from tide_dspy.templates import TemplateLibrary
 
 
 def test_copied_tokens_counts_findings_that_repeat_a_templates_specific_tokens(workspace_instance):

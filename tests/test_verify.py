@@ -20,8 +20,17 @@ from dspy.utils.dummies import DummyLM
 from tide_dspy.cli.main import main
 from tide_dspy.data.candidates import parse_candidates, python_files
 from tide_dspy.product import discover_repository, write_report
-from tide_dspy.product.verify import (BREAKS, FLAGGED, NO_CHANGE, NOT_RUN, TIMED_OUT, VERIFIED, Verifier,
-                                       VerifyError, classify)
+from tide_dspy.product.verify import (
+    BREAKS,
+    FLAGGED,
+    NO_CHANGE,
+    NOT_RUN,
+    TIMED_OUT,
+    VERIFIED,
+    Verifier,
+    VerifyError,
+    classify,
+)
 from tide_dspy.sandbox import Sandbox, nodeid_key, run_tests, sandbox_unavailable
 
 # The runs happen inside bubblewrap; where it cannot run, so do these tests not (tests/test_sandbox.py checks
@@ -38,7 +47,7 @@ MEAN_FIX = """diff --git a/calc/ops.py b/calc/ops.py
  def mean(values):
 -    return sum(values) / (len(values) - 1)
 +    return sum(values) / len(values)
- 
+
 """
 CLAMP_BREAK = """diff --git a/calc/ops.py b/calc/ops.py
 --- a/calc/ops.py
@@ -55,7 +64,7 @@ SHOUT_STALE = """diff --git a/calc/text.py b/calc/text.py
  def shout(text):
 -    return text.lower()
 +    return text.upper()
- 
+
 """
 WHISPER_LOOP = """diff --git a/calc/text.py b/calc/text.py
 --- a/calc/text.py
@@ -72,7 +81,7 @@ SHOUT_FIX = """diff --git a/calc/text.py b/calc/text.py
  def shout(s):
 -    return s.lower()
 +    return s.upper()
- 
+
 """
 SHOUT_WRONG = SHOUT_FIX.replace("s.upper()", "s.title()")
 SHOUT_TEST_PATCH = """diff --git a/tests/test_text.py b/tests/test_text.py
@@ -81,8 +90,8 @@ SHOUT_TEST_PATCH = """diff --git a/tests/test_text.py b/tests/test_text.py
 @@ -1,5 +1,9 @@
 -from calc.text import whisper
 +from calc.text import shout, whisper
- 
- 
+
+
  def test_whisper():
      assert whisper("Hi") == "hi"
 +
@@ -242,7 +251,7 @@ MEAN_TEST_REWRITE = """diff --git a/tests/test_ops.py b/tests/test_ops.py
  def test_mean():
 -    assert mean([1, 2, 3]) == 2
 +    assert mean([1, 2, 3]) == 3
- 
+
 """
 
 
@@ -299,7 +308,9 @@ def test_the_test_environment_is_an_allow_list(tmp_path, monkeypatch):
                     sandbox=Sandbox(tmp_path, [sys.executable]))
     assert run.passed
     names = set(eval(run.output))
-    assert {"OPENAI_API_KEY", "GITHUB_TOKEN", "DATABASE_URL", "TIDE_PLAIN_SETTING", "PYTHON_SECRET_TOKEN"}.isdisjoint(names)
+    assert {"OPENAI_API_KEY", "GITHUB_TOKEN", "DATABASE_URL", "TIDE_PLAIN_SETTING", "PYTHON_SECRET_TOKEN"}.isdisjoint(
+        names
+    )
     assert {"PATH", "HOME", "TMPDIR", "PYTHONHASHSEED"} <= names
 
 
@@ -335,7 +346,9 @@ def test_classify_and_node_ids():
 
 def instance_record(repo: Path) -> dict:
     files = python_files(repo)
-    candidates = [{"id": a.id, **a.payload} for a in parse_candidates(repo, [f for f in files if f.startswith("calc/")])]
+    candidates = [
+        {"id": a.id, **a.payload} for a in parse_candidates(repo, [f for f in files if f.startswith("calc/")])
+    ]
     return {
         "instance_id": "calc-1", "repo": "example/calc", "split": "test",
         "anchor_commit": run_git(repo, "rev-parse", "HEAD").strip(), "candidates": candidates,
@@ -396,7 +409,7 @@ SHOUT_FIX_AND_TEST_EDIT = SHOUT_FIX + """diff --git a/tests/test_text.py b/tests
 @@ -1,2 +1,2 @@
 -from calc.text import whisper
 +from calc.text import whisper  # noqa
- 
+
 """
 
 

@@ -10,9 +10,9 @@ import dspy
 import pytest
 from routed_lm import RoutedLM, fixture_instances
 
+from scripts import load_script
 from tide_dspy.evaluation import check_workers, evaluate, read_rows
 from tide_dspy.programs import build_program
-from scripts import load_script
 
 
 class Slow(dspy.Module):

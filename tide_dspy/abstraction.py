@@ -277,8 +277,11 @@ def structural_faults(name: str, pattern: str, evidence_flow: list[str]) -> list
     descriptions = [f.description for f in TemplateDraft.model_fields.values() if f.description]
     for field_name, text in (("name", name), ("pattern", pattern), *(("evidence_flow", s) for s in evidence_flow)):
         for desc in descriptions:
-            if text.strip() and fuzz.partial_ratio(text, desc, processor=utils.default_process) >= DESCRIPTION_SIMILARITY \
-                    and len(text) >= len(desc) * 0.6:
+            if (
+                text.strip()
+                and fuzz.partial_ratio(text, desc, processor=utils.default_process) >= DESCRIPTION_SIMILARITY
+                and len(text) >= len(desc) * 0.6
+            ):
                 faults.append(Leak("field_description", desc, field_name))
     steps = [s for s in evidence_flow if s.strip()]
     short = [s for s in steps if len(_WORD.findall(s)) < MIN_STEP_WORDS or "|" in s]
@@ -318,7 +321,7 @@ def case_text(case: dict[str, str]) -> str:
 
 
 def check_finding(description: str, why: str, template_text: str, context_text: str = "") -> AbstractionReport:
-    """Specific tokens a finding copies from a template (issue item 5): the template's tokens that appear in the
+    """Specific tokens a finding copies from a template: the template's tokens that appear in the
     finding but not in the finding's own context (a token the context has is the finding's own detail)."""
     allowed = source_keys(context_text) if context_text else set()
     fields = {"description": description, "why": why}

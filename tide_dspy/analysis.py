@@ -9,11 +9,12 @@ first k calls).
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from collections.abc import Iterable
 from statistics import mean, pstdev
-from typing import Iterable
 
 from tide_dspy.metrics import COMPONENTS, score_instance
 from tide_dspy.schemas import Finding, Instance
+
 
 def row_findings(row: dict) -> list[Finding]:
     return [Finding.model_validate(f) for f in row.get("findings") or []]

@@ -10,6 +10,7 @@ them. Windows and prices come from `Backbone.rules` (backbones/providers.py), or
 
 from __future__ import annotations
 
+import argparse
 import math
 import re
 import threading
@@ -20,6 +21,7 @@ import dspy
 
 from tide_dspy.backbones.providers import Prices
 from tide_dspy.schemas import Finding, GoldProblem, Instance
+from tide_dspy.util.argtypes import positive_float, positive_int
 from tide_dspy.util.tokens import count_tokens, tokenizer_name
 
 # ---- assumptions (docs/cost.md) ----
@@ -59,6 +61,14 @@ def parse_price(text: str) -> Prices:
         raise ValueError(f"--price {text!r}: expected IN,OUT or IN,OUT,CACHED in USD per million tokens, "
                          "e.g. --price 0.25,2.00 or --price 3,15,0.30")
     return Prices(values[0], values[1], values[2] if len(values) == 3 else None, "--price")
+
+
+def price(text: str) -> Prices:
+    """An argparse type: IN,OUT[,CACHED] in USD per million tokens (parse_price)."""
+    try:
+        return parse_price(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def backbone_prices(name: str | None) -> Prices | None:
@@ -138,9 +148,17 @@ class Target:
         else:
             size, source = None, "unknown"
         priced = prices or (FREE if lm is not None and serializes_calls(lm) else backbone_prices(name))
-        return cls(name=name, lm=lm, prices=priced, window=size, window_source=source,
-                   max_prompt=None if window else rules.max_prompt_tokens, output=output or (requested_output(lm) if lm is not None else DEFAULT_REQUESTED_OUTPUT),
-                   reasoning=0 if rules.accepts_temperature else REASONING_TOKENS, provider=rules.provider)
+        return cls(
+            name=name,
+            lm=lm,
+            prices=priced,
+            window=size,
+            window_source=source,
+            max_prompt=None if window else rules.max_prompt_tokens,
+            output=output or (requested_output(lm) if lm is not None else DEFAULT_REQUESTED_OUTPUT),
+            reasoning=0 if rules.accepts_temperature else REASONING_TOKENS,
+            provider=rules.provider,
+        )
 
 
 def backbone_of(lm) -> str | None:
@@ -357,12 +375,10 @@ class Estimator:
 
     def round_messages(self, program, instance: Instance) -> list[tuple[list[dict], int]]:
         """(messages, assumed visible output tokens) of each round call, when every round runs."""
-        from tide_dspy.domains import get_setting
-
         shapes = round_shapes(program)
         if not shapes:
             return []
-        setting = get_setting(program.setting_name)
+        setting = program.setting
         focus = program.view(instance).ids[:program.focus_size] if program.scanner is not None else None
         view = program.view(instance, focus)
         per_finding = finding_tokens(instance, self.counter)
@@ -377,12 +393,11 @@ class Estimator:
         return out
 
     def scan_messages(self, program, instance: Instance) -> list[tuple[list[dict], int]]:
-        from tide_dspy.domains import get_setting
         from tide_dspy.scan import SCAN_MAX_TOKENS
 
         if program.scanner is None:
             return []
-        setting, rate = get_setting(program.setting_name), program.scanner.rate
+        setting, rate = program.setting, program.scanner.rate
         guidance = program.scan_guidance()
         adapter = self._adapter()
         return [(adapter.format(rate.signature, rate.demos,
@@ -467,7 +482,9 @@ class Estimate:
 
     def table(self) -> str:
         """Markdown: one row per (label, role), then the total, the prices and the notes."""
-        head = "| what | role | model | calls | prompt tokens | cached prompt | output tokens | USD | USD with caching |"
+        head = (
+            "| what | role | model | calls | prompt tokens | cached prompt | output tokens | USD | USD with caching |"
+        )
         lines = [head, "|---|---|---|---|---|---|---|---|---|"]
         for (label, role), t in self.tallies.items():
             prices = self.prices.get(role)
@@ -621,17 +638,35 @@ class Limits:
         if self.context_window is not None and self.context_window < 1:
             raise ValueError(f"--context-window must be at least 1 token, got {self.context_window}")
 
+    @classmethod
+    def from_namespace(cls, namespace: argparse.Namespace) -> Limits:
+        """The limits of the options add_cost_options added; an option a command lacks is None."""
+        return cls(max_cost=getattr(namespace, "max_cost", None), prices=getattr(namespace, "price", None),
+                   judge_prices=getattr(namespace, "judge_price", None),
+                   context_window=getattr(namespace, "context_window", None))
 
-def entry_cost(entry: dict, prices: Prices | None) -> float:
-    """USD of one LM history entry: what the provider reported, else its tokens at `prices` (else 0)."""
-    if entry.get("cost") is not None:
-        return float(entry["cost"])
-    if prices is None:
-        return 0.0
-    usage = entry.get("usage") or {}
-    prompt = usage.get("prompt_tokens", usage.get("input_tokens")) or 0
-    completion = usage.get("completion_tokens", usage.get("output_tokens")) or 0
-    return usd(int(prompt), prices.prompt) + usd(int(completion), prices.completion)
+
+def add_cost_options(p: argparse.ArgumentParser, budget: bool = False, judge: bool = True) -> None:
+    """--dry-run and --price (every command that calls a model), --judge-price where a judge runs; with `budget`,
+    --max-cost and --context-window."""
+    p.add_argument("--dry-run", action="store_true",
+                   help="render the prompts the run would send, count their tokens, print the calls, prompt and "
+                        "output tokens and USD per method and backbone (judge included), and exit without calling "
+                        "a model")
+    p.add_argument("--price", type=price, default=None, metavar="IN,OUT[,CACHED]",
+                   help="the backbone's USD per million prompt and output tokens (and cached prompt tokens), for "
+                        "estimates and budgets where the price map has none or you pay another price")
+    if judge:
+        p.add_argument("--judge-price", type=price, default=None, metavar="IN,OUT[,CACHED]",
+                       help="the same for the judge backbone")
+    if budget:
+        p.add_argument("--max-cost", type=positive_float, default=None, metavar="USD",
+                       help="a budget: no instance starts once the USD spent so far (provider-reported, else tokens "
+                            "at the prices) plus its estimated cost would pass USD; finished rows are kept and "
+                            "--resume continues")
+        p.add_argument("--context-window", type=positive_int, default=None, metavar="TOKENS",
+                       help="the backbone's context window for the pre-check that skips instances which cannot fit "
+                            "(default: the backbone's, e.g. 200000 for claude-sonnet-4.5)")
 
 
 class RunGuard:
@@ -683,7 +718,7 @@ class RunGuard:
 
     def spent(self) -> float:
         """USD spent since the marks: the LM histories' costs, else their tokens at the prices."""
-        from tide_dspy.backbones.usage import entries_since
+        from tide_dspy.backbones.usage import entries_since, entry_cost
 
         total = 0.0
         for role, target in self.targets.items():

@@ -17,16 +17,16 @@ from rapidfuzz import fuzz
 
 from tide_dspy.backbones.providers import rules_of
 from tide_dspy.backbones.usage import entries_since, usage_mark, usage_tokens
+from tide_dspy.domains import NO_GUIDANCE, ContextView, Setting, get_setting, render_templates
 from tide_dspy.lexical import linked_groups
 from tide_dspy.retry import call_with_retries, describe_error
 from tide_dspy.scan import Ranking, Scanner, ScanRecord, scan_and_rank
 from tide_dspy.schemas import Finding, Instance, RoundRecord, Template
-from tide_dspy.domains import NO_GUIDANCE, ContextView, Setting, get_setting, render_templates
 
 log = logging.getLogger(__name__)
 
 GUIDANCE_KINDS = ("templates", "none", "demos")
-# A round's retry samples at 0.7 (DSPy's BestOfN uses 1.0), as it did before the retry rule was shared.
+# A round's retry samples at 0.7, below the 1.0 of the other repeated calls (retry.RETRY_TEMPERATURE, DSPy's BestOfN).
 RETRY_TEMPERATURE = 0.7
 ERROR_CHARS = 300  # of an error message kept in a round record
 DROPPED_IDS_KEPT = 20  # per round record
@@ -76,12 +76,12 @@ class DiscoveryProgram(dspy.Module):
 
     def __init__(
         self,
-        setting: str,
+        setting: str | Setting,
         templates: list[Template] | None = None,
         demos: list[str] | None = None,
         guidance: str = "templates",
-        max_rounds: int = 3,
-        per_round: int = 3,
+        max_rounds: int | None = None,
+        per_round: int | None = None,
         max_retries: int = 2,
         dedup_threshold: float = 80.0,
         max_evidence: int | None = None,
@@ -94,12 +94,17 @@ class DiscoveryProgram(dspy.Module):
         if guidance not in GUIDANCE_KINDS:
             raise ValueError(f"guidance must be one of {GUIDANCE_KINDS}, got {guidance!r}")
         if guidance == "demos" and not demos:
-            raise ValueError("guidance='demos' needs solved examples: pass demos=[...] (see tide_dspy.templates.solved_demos)")
+            raise ValueError(
+                "guidance='demos' needs solved examples: pass demos=[...] (see tide_dspy.templates.solved_demos)"
+            )
+        self.setting = get_setting(setting)
+        # The loop shape (T rounds of k findings) defaults to the setting's.
+        max_rounds = self.setting.rounds if max_rounds is None else max_rounds
+        per_round = self.setting.per_round if per_round is None else per_round
         if max_rounds < 1 or per_round < 1:
             raise ValueError(f"max_rounds and per_round must be >= 1, got {max_rounds} and {per_round}")
         if max_evidence is not None and max_evidence < 1:
             raise ValueError(f"max_evidence must be >= 1 (or None for the setting's default), got {max_evidence}")
-        self.setting_name = setting
         self.templates = list(templates or [])
         self.demos = list(demos or [])
         self.guidance = guidance
@@ -107,33 +112,29 @@ class DiscoveryProgram(dspy.Module):
         self.per_round = per_round
         self.max_retries = max_retries
         self.dedup_threshold = dedup_threshold
-        self.max_evidence = max_evidence or get_setting(setting).max_evidence
+        self.max_evidence = max_evidence or self.setting.max_evidence
         self.context_order_seed = context_order_seed
         self.focus_size = focus_size
-        self.discover = dspy.Predict(get_setting(setting).round_signature)
+        self.discover = dspy.Predict(self.setting.round_signature)
         # scan=True: rate every artifact first; each round reads the `focus_size` most suspect unfound ones in full.
-        self.scanner = Scanner(setting) if scan else None
+        self.scanner = Scanner(self.setting) if scan else None
         # The templates the scan rates against when the rounds themselves use none (a baseline compared with
         # TIDE on the same scan); by default the program's own.
         self.scan_templates = list(scan_templates or [])
-
-    @property
-    def setting(self) -> Setting:
-        return get_setting(self.setting_name)
 
     def use_scan(self, focus_size: int) -> None:
         """Turn the scan on (or resize its focus) in a built or loaded program; its compiled round is kept."""
         if focus_size < 1:
             raise ValueError(f"focus_size must be >= 1, got {focus_size}")
         if self.scanner is None:
-            self.scanner = Scanner(self.setting_name)
+            self.scanner = Scanner(self.setting)
         self.focus_size = focus_size
 
     # ---- config carried inside the saved JSON state ----
     def config(self) -> dict:
         return dict(
             kind=type(self).__name__,
-            setting=self.setting_name,
+            setting=self.setting.name,
             guidance=self.guidance,
             max_rounds=self.max_rounds,
             per_round=self.per_round,
@@ -143,8 +144,8 @@ class DiscoveryProgram(dspy.Module):
             context_order_seed=self.context_order_seed,
             templates=[t.model_dump() for t in self.templates],
             demos=self.demos,
-            # Only a scanning program records its scan settings, so the configs (and the resume checks) of
-            # programs without a scan read as they did before the scan existed.
+            # Only a scanning program records its scan settings: a program without a scan has no scan keys in its
+            # config, so its saved programs and the resume checks of its runs do not depend on the scan's options.
             **({"scan": True, "focus_size": self.focus_size} if self.scanner is not None else {}),
             **({"scan_templates": [t.model_dump() for t in self.scan_templates]}
                if self.scanner is not None and self.scan_templates else {}),
@@ -296,7 +297,7 @@ class TIDE(DiscoveryProgram):
 class SingleAgent(DiscoveryProgram):
     """One call that returns every finding at once."""
 
-    def __init__(self, setting: str, max_findings: int = 10, **kwargs):
+    def __init__(self, setting: str | Setting, max_findings: int = 10, **kwargs):
         kwargs.setdefault("max_rounds", 1)
         kwargs.setdefault("per_round", max_findings)
         super().__init__(setting, **kwargs)
@@ -316,7 +317,7 @@ class MultiAgent(DiscoveryProgram):
     A provider that takes only its default temperature (a reasoning model, Gemini 3: backbones.providers) is sent
     none: its samples differ by rollout id and seed."""
 
-    def __init__(self, setting: str, temperature: float = 0.7, **kwargs):
+    def __init__(self, setting: str | Setting, temperature: float = 0.7, **kwargs):
         super().__init__(setting, **kwargs)
         self.temperature = temperature
 
@@ -343,9 +344,10 @@ class ChanceBaseline(DiscoveryProgram):
     """A chance floor: `n_findings` findings of `evidence_size` artifacts each, picked without an LM call.
 
     Findings are spread over rounds of `per_round`, so budget and per-round curves re-score them as they do
-    TIDE's. The description says what the finding is; workspace findings take the library's first action."""
+    TIDE's. The description says what the finding is; where an action resolves a problem, the finding takes the
+    library's first action."""
 
-    def __init__(self, setting: str, n_findings: int | None = None, evidence_size: int | None = None,
+    def __init__(self, setting: str | Setting, n_findings: int | None = None, evidence_size: int | None = None,
                  seed: int = 0, **kwargs):
         super().__init__(setting, **kwargs)
         self.n_findings = n_findings or self.max_rounds * self.per_round
@@ -359,12 +361,20 @@ class ChanceBaseline(DiscoveryProgram):
     def picks(self, instance: Instance, view: ContextView) -> list[list[str]]:
         raise NotImplementedError
 
+    def chance_resolution(self, instance: Instance) -> dict:
+        """The resolution every pick carries: the library's first action where an action resolves a problem
+        (no patch is guessed: a chance floor writes no code)."""
+        action = next(iter(instance.actions), None)
+        if self.setting.resolution_kind == "action" and action is not None:
+            return {"action": {"action_id": action.id, "type": action.type}}
+        return {}
+
     def forward(self, case: Instance, on_round=None) -> dspy.Prediction:
         view = self.view(case)
-        action = next(iter(case.actions), None)
+        resolution = self.chance_resolution(case)
         findings = [
             Finding(description=f"{type(self).__name__} pick {i + 1}", evidence=ids, round=i // self.per_round + 1,
-                    **({"action": {"action_id": action.id, "type": action.type}} if action else {}))
+                    **resolution)
             for i, ids in enumerate(self.picks(case, view)[: self.n_findings])
         ]
         rounds = []

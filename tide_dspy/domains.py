@@ -1,12 +1,14 @@
-"""The two settings. Each renders an instance into its round signature's inputs (static parts first) and
-checks what the LM returned against the instance: ids exist, the action is in the library, the patch parses."""
+"""`Setting`, the abstract home of a domain, and the two settings. Each reads its data records, renders an
+instance into its round signature's inputs (static parts first) and checks what the LM returned against the
+instance: ids exist, the action is in the library, the patch parses. docs/settings.md says how to add one."""
 
 from __future__ import annotations
 
 import json
 import random
-from dataclasses import dataclass
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import dspy
@@ -27,6 +29,7 @@ from tide_dspy.schemas import (
 )
 from tide_dspy.util.diffs import patch_paths
 from tide_dspy.util.text import cap_finding
+from tide_dspy.workspace_actions import ACTION_TYPES
 
 NO_GUIDANCE = "(none)"
 
@@ -155,7 +158,12 @@ def render_action(action: ChosenAction | None) -> str:
     return f"{action.action_id}{kind} parameters: {json.dumps(action.parameters, ensure_ascii=False, sort_keys=True)}"
 
 
-class Setting:
+class Setting(ABC):
+    """A domain: what a program needs to know to show an instance to the LM and to check what comes back.
+
+    A subclass defines the class attributes in REQUIRED and every `@abstractmethod`; one that misses any of them
+    cannot be instantiated (docs/settings.md)."""
+
     name: ClassVar[str]
     round_signature: ClassVar[type[dspy.Signature]]
     scan_signature: ClassVar[type[dspy.Signature]]
@@ -177,14 +185,41 @@ class Setting:
     checks_patches: ClassVar[bool] = False
     # What a report says after "none cited" when a finding cites no template.
     uncited_template_note: ClassVar[str] = ""
+    # The field of a shared-data record that holds the artifacts: its presence marks a record of this setting.
+    record_key: ClassVar[str]
+
+    REQUIRED: ClassVar[tuple[str, ...]] = (
+        "name", "round_signature", "scan_signature", "distill_signature", "draft_type", "max_evidence",
+        "typical_evidence", "rounds", "per_round", "tuning_ranges", "resolution_kind", "template_id_prefix",
+        "record_key",
+    )
+
+    def __init__(self) -> None:
+        missing = [attr for attr in self.REQUIRED if not hasattr(self, attr)]
+        if missing:
+            raise TypeError(f"{type(self).__name__} does not define {', '.join(missing)}")
+
+    def __copy__(self) -> Setting:
+        return self  # a Setting holds no state: a copied program shares its Setting
+
+    def __deepcopy__(self, memo: dict) -> Setting:
+        return self
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
 
     def resolution_of(self, item: Finding | GoldProblem) -> ChosenAction | str | None:
         """The item's action or patch, or None when it has none."""
         return getattr(item, self.resolution_kind) or None
 
+    @abstractmethod
+    def from_record(self, record: dict[str, Any]) -> Instance:
+        """A validated Instance from one record of this setting's shared data set (pydantic's errors name the
+        offending field; data.records.describe_record_error words them in the record's terms)."""
+
+    @abstractmethod
     def render_resolution(self, item: Finding | GoldProblem) -> str:
         """The item's resolution as the judge reads it."""
-        raise NotImplementedError
 
     def template_id(self, number: int, total: int = 0) -> str:
         """ws-t01 / repo-t001; the width grows when a library outgrows it."""
@@ -196,25 +231,32 @@ class Setting:
         return ""
 
     @staticmethod
+    @abstractmethod
     def render_artifact(artifact: Artifact, handle: str | None = None) -> str:
-        raise NotImplementedError
+        """One artifact in full, as a round shows it."""
 
     @staticmethod
+    @abstractmethod
+    def evidence_label(artifact: Artifact, source: str | None = None) -> str:
+        """How a report names a cited artifact; `source` is the file it came from, when known."""
+
+    @staticmethod
+    @abstractmethod
     def render_compact(artifact: Artifact, handle: str) -> str:
         """One line that names an artifact without its content (for artifacts outside a round's focus)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def round_inputs(self, instance: Instance, view: ContextView, guidance: str, found: list[Finding],
                      max_new: int, focus: list[str] | None = None) -> dict:
-        raise NotImplementedError
+        """The round signature's inputs for one call."""
 
+    @abstractmethod
     def resolution(self, draft: Any, instance: Instance) -> tuple[dict, list[str]]:
         """The finding's action or patch fields, and the flags that checking them raised."""
-        raise NotImplementedError
 
+    @abstractmethod
     def solved_case(self, instance: Instance, problem: GoldProblem) -> dict[str, str]:
         """The inputs of the distillation signature for one solved problem."""
-        raise NotImplementedError
 
     def draft_schema(self, instance: Instance) -> dict[str, dict]:
         """JSON schemas that replace draft fields' own in the round's output type (beyond evidence_ids)."""
@@ -321,7 +363,22 @@ class Setting:
     def render_demo(self, instance: Instance, problem: GoldProblem) -> str:
         """A raw solved example, used in place of templates by the Iter + Demos ablation."""
         case = self.solved_case(instance, problem)
-        return f"Solved example ({instance.instance_id}):\n{case['case_context']}\nProblem: {case['problem']}\nResolution: {case['resolution']}"
+        return (f"Solved example ({instance.instance_id}):\n{case['case_context']}\nProblem: {case['problem']}\n"
+                f"Resolution: {case['resolution']}")
+
+
+def present(record: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
+    """The keys the record has; missing required ones are then reported by pydantic as 'Field required'."""
+    return {k: record[k] for k in keys if k in record}
+
+
+def record_list(record: dict[str, Any], key: str) -> list[Any]:
+    if key not in record:
+        raise ValueError(f"{key}: Field required (add it)")
+    value = record[key]
+    if not isinstance(value, list):
+        raise ValueError(f"{key}: expected a list, got {type(value).__name__}")
+    return value
 
 
 MAX_PARAMETER_CHARS = 400  # an e-mail body or a task description; a recipient list of a few names
@@ -339,6 +396,13 @@ class WorkspaceSetting(Setting):
     tuning_ranges = {"max_rounds": (1, 10), "per_round": (1, 3)}
     resolution_kind = "action"
     template_id_prefix = ("ws-t", 2)
+    # type -> (description, required parameters): what an action of the library may do (tide_dspy.workspace_actions)
+    action_types: ClassVar[dict[str, tuple[str, list[str]]]] = ACTION_TYPES
+    record_key = "artifacts"
+    RECORD_KEYS = ("instance_id", "split", "profile", "actions", "artifacts", "problems")
+
+    def from_record(self, record):
+        return Instance.model_validate({"setting": self.name, **present(record, self.RECORD_KEYS)})
 
     def render_resolution(self, item):
         return render_action(item.action)
@@ -366,6 +430,10 @@ class WorkspaceSetting(Setting):
     @staticmethod
     def render_compact(a, handle: str) -> str:
         return f"- {handle} · {a.id} ({a.kind}, {a.created_at}): {a.title}"
+
+    @staticmethod
+    def evidence_label(a, source: str | None = None) -> str:
+        return f"{a.id} {a.kind} \"{a.title}\"" + (f" ({source})" if source else "")
 
     @staticmethod
     def render_profile(instance: Instance) -> str:
@@ -433,7 +501,8 @@ class WorkspaceSetting(Setting):
         action = problem.action
         library_action = instance.action(action.action_id) if action else None
         resolution = (
-            f"{library_action.type}: {library_action.description}\nparameters: {json.dumps(action.parameters, ensure_ascii=False)}"
+            f"{library_action.type}: {library_action.description}\n"
+            f"parameters: {json.dumps(action.parameters, ensure_ascii=False)}"
             if library_action and action
             else json.dumps(action.model_dump() if action else {}, ensure_ascii=False)
         )
@@ -454,6 +523,28 @@ class RepositorySetting(Setting):
     template_id_prefix = ("repo-t", 3)
     checks_patches = True
     uncited_template_note = " (template-novel)"
+    record_key = "candidates"
+    RECORD_KEYS = ("instance_id", "split", "repo", "anchor_commit", "problems")
+    META_KEYS = ("anchor_date", "num_problems", "num_candidates", "num_buggy_functions")
+    CANDIDATE_KEYS = ("path", "qualname", "start_line", "end_line", "code")
+
+    def from_record(self, record):
+        return Instance.model_validate({
+            "setting": self.name,
+            **present(record, self.RECORD_KEYS),
+            "artifacts": [self.candidate_artifact(i, c) for i, c in enumerate(record_list(record, self.record_key))],
+            "meta": present(record, self.META_KEYS),
+        })
+
+    @classmethod
+    def candidate_artifact(cls, index: int, candidate: Any) -> dict[str, Any]:
+        """A candidate function of a record as an artifact (its id, and its location and code as the payload)."""
+        if not isinstance(candidate, dict):
+            raise ValueError(f"{cls.record_key}[{index}]: expected an object, got {type(candidate).__name__}")
+        missing = [k for k in ("id", *cls.CANDIDATE_KEYS) if k not in candidate]
+        if missing:
+            raise ValueError(f"{cls.record_key}[{index}]: missing field(s) {', '.join(missing)}")
+        return {"id": candidate["id"], "kind": "function", "payload": {k: candidate[k] for k in cls.CANDIDATE_KEYS}}
 
     def render_resolution(self, item):
         return item.patch
@@ -463,6 +554,11 @@ class RepositorySetting(Setting):
         p = a.payload
         name = f"{handle} · {a.id}" if handle else a.id
         return f"### {name} ({p.get('path')} lines {p.get('start_line')}-{p.get('end_line')})\n{p.get('code', '')}"
+
+    @staticmethod
+    def evidence_label(a, source: str | None = None) -> str:
+        p = a.payload
+        return f"{p.get('path')}:{p.get('start_line')}-{p.get('end_line')} ({a.id})"
 
     @staticmethod
     def render_compact(a, handle: str) -> str:
@@ -496,6 +592,12 @@ class RepositorySetting(Setting):
 WORKSPACE = WorkspaceSetting()
 REPOSITORY = RepositorySetting()
 SETTINGS: dict[str, Setting] = {s.name: s for s in (WORKSPACE, REPOSITORY)}
+SETTING_NAMES: tuple[str, ...] = tuple(SETTINGS)
+
+
+def per_setting(fact: str) -> str:
+    """One fact of every setting, for help texts: per_setting("rounds") is "10 workspace / 3 repository"."""
+    return " / ".join(f"{getattr(s, fact)} {s.name}" for s in SETTINGS.values())
 
 
 def setting_of_gold(gold: list[GoldProblem]) -> Setting:
@@ -504,7 +606,7 @@ def setting_of_gold(gold: list[GoldProblem]) -> Setting:
 
 
 def get_setting(name: str | Setting) -> Setting:
-    """The Setting of a name ("workspace", "repository"); a Setting is returned as is."""
+    """The Setting of a name (a key of SETTINGS); a Setting is returned as is."""
     if isinstance(name, Setting):
         return name
     try:

@@ -7,8 +7,9 @@ incomplete ones (a round after the first aborted; a judge call failed: that row 
 kept). Before any LM call, an instance whose prompts cannot fit the backbone's window is skipped with its reason
 (a row that --resume checks again, for free); with a budget (budget.Limits.max_cost) no instance starts once its
 estimated cost would pass it, and the rows not run are left for --resume. Beside the results go config.json,
-summary.json and lm_usage.json, so a run can be read without rerunning it. A resumed run must use the same program, judge and model as the rows
-it continues (config.json says which); its instances and LM usage are added to those of the earlier sessions.
+summary.json and lm_usage.json, so a run can be read without rerunning it. A resumed run must use the same
+program, judge and model as the rows it continues (config.json says which); its instances and LM usage are added
+to those of the earlier sessions.
 """
 
 from __future__ import annotations
@@ -35,19 +36,9 @@ from tide_dspy.budget import Limits, RunGuard
 from tide_dspy.retry import describe_error
 from tide_dspy.schemas import Instance
 from tide_dspy.util.hashing import sha256_hex
-from tide_dspy.util.paths import DATA_ENV, data_root
 from tide_dspy.util.jsonio import read_json_or_none, write_json
 
 log = logging.getLogger(__name__)
-
-def data_path(setting: str, data: str | Path | None = None) -> Path:
-    """Where a setting's instances live: --data, else $TIDE_DATA/<setting>, else ../shared/data/<setting> of the repo."""
-    path = Path(data) if data is not None else data_root() / setting
-    if not path.exists():
-        raise FileNotFoundError(f"{path}: no {setting} data here; pass --data PATH or set {DATA_ENV}=<folder with "
-                                f"workspace/ and repository/>")
-    return path
-
 
 class EvaluationResult(BaseModel):
     """What `evaluate` returns: the macro-averaged scores (metrics.aggregate) and the run's counts.
@@ -85,24 +76,6 @@ class EvaluationResult(BaseModel):
     def summary(self, executed: bool) -> dict:
         """The summary.json record (without out_path; `execution` only when tests ran)."""
         return self.model_dump(exclude={"out_path", *(() if executed else ("execution",))})
-
-
-def context_tokens(instance: Instance) -> int:
-    from tide_dspy.data import estimate_tokens
-    from tide_dspy.domains import get_setting
-
-    return estimate_tokens(get_setting(instance.setting).render_context(instance))
-
-
-def select_instances(instances: list[Instance], *, max_context_tokens: int | None = None,
-                     limit: int | None = None) -> list[Instance]:
-    """Instances whose rendered context fits `max_context_tokens` (estimated), smallest first, then the first `limit`."""
-    if limit is not None and limit < 1:
-        raise ValueError(f"limit must be at least 1, got {limit}")
-    if max_context_tokens is not None:
-        sized = sorted(((context_tokens(i), n, i) for n, i in enumerate(instances)), key=lambda x: (x[0], x[1]))
-        instances = [i for tokens, _, i in sized if tokens <= max_context_tokens]
-    return instances[:limit] if limit is not None else instances
 
 
 # What a row must hold to be continued by --resume; a row without one of them is corrupt and its instance reruns.
@@ -401,8 +374,8 @@ def evaluate(
     `execute(instance, findings)` (e.g. metrics.execution.ExecutionJudge) also runs the instance's tests against
     the findings' patches; its dict goes into the row as "execution" and the total into result.execution.
     `limits` (budget.Limits): a budget in USD, prices, and a window that overrides the backbone's."""
-    from tide_dspy.programs import method_of
     from tide_dspy.backbones.usage import lm_usage, usage_mark
+    from tide_dspy.programs import method_of
 
     judge = metrics.make_judge(judge) if isinstance(judge, str) or judge is None else judge
     method = method or method_of(program)
@@ -509,7 +482,11 @@ def run_config(program, method: str, judge, lm, instances: list[Instance], extra
     config.pop("demos", None)
     return {
         "method": method,
-        "program": {**config, "template_ids": [t["id"] for t in templates], "n_demos": len(getattr(program, "demos", []))},
+        "program": {
+            **config,
+            "template_ids": [t["id"] for t in templates],
+            "n_demos": len(getattr(program, "demos", [])),
+        },
         "program_hash": program_hash(program),
         "judge": getattr(judge, "label", "none") if judge is not None else "none",
         "lm": describe_lm(lm) if lm is not None else None,
@@ -538,9 +515,11 @@ def continued_config(path: Path, now: dict) -> dict:
     if model_before != model_now:
         changed.append(f"lm.model ({model_before} -> {model_now})")
     if changed:
-        raise ValueError(f"{path}: the rows here came from another run configuration (differs in {', '.join(changed)}); "
-                         "resume with the same settings, or write to another output folder, or start over "
-                         "(resume=False / --fresh)")
+        raise ValueError(
+            f"{path}: the rows here came from another run configuration (differs in {', '.join(changed)}); "
+            "resume with the same settings, or write to another output folder, or start over "
+            "(resume=False / --fresh)"
+        )
     return {**now, "instances": list(dict.fromkeys([*before.get("instances", []), *now["instances"]]))}
 
 
@@ -552,9 +531,15 @@ def add_usage(before: dict | None, now: dict) -> dict:
         if usage is None or old is None or old.get("model") != usage.get("model"):
             total[role] = usage if usage is not None else old
             continue
-        total[role] = {"model": usage["model"], **{
-            k: None if old.get(k) is None and usage.get(k) is None else round((old.get(k) or 0) + (usage.get(k) or 0), 6)
-            for k in ("calls", "prompt_tokens", "completion_tokens", "cost_usd")}}
+        total[role] = {
+            "model": usage["model"],
+            **{
+                k: None
+                if old.get(k) is None and usage.get(k) is None
+                else round((old.get(k) or 0) + (usage.get(k) or 0), 6)
+                for k in ("calls", "prompt_tokens", "completion_tokens", "cost_usd")
+            },
+        }
     return total
 
 

@@ -23,10 +23,10 @@ import yaml
 
 from tide_dspy import metrics
 from tide_dspy.backbones import lm_context
-from tide_dspy.util.jsonio import read_yaml_file
-from tide_dspy.schemas import Instance
 from tide_dspy.domains import get_setting
+from tide_dspy.schemas import Instance
 from tide_dspy.shipped import NOT_SHIPPED, OPTIMIZERS_DIR
+from tide_dspy.util.jsonio import read_yaml_file
 
 if TYPE_CHECKING:
     from tide_dspy.trials import TrialLog
@@ -131,7 +131,9 @@ def load_optimizer_config(name_or_path: str) -> dict:
         raise FileNotFoundError(f"{path}: no optimizer config here")
     config = read_yaml_file(path) or {}
     if not isinstance(config, dict):
-        raise ValueError(f"{path}: expected a mapping with 'optimizer', 'init' and 'compile' (see optimizers/copro.yaml)")
+        raise ValueError(
+            f"{path}: expected a mapping with 'optimizer', 'init' and 'compile' (see optimizers/copro.yaml)"
+        )
     for key in ("optimizer", "init", "compile"):
         if key not in config:
             raise ValueError(f"{path}: missing '{key}' (see optimizers/copro.yaml for the format)")
@@ -177,7 +179,11 @@ def teleprompt_optimizers() -> dict[str, type]:
     found = {}
     for name in dir(teleprompt):
         value = getattr(teleprompt, name)
-        if isinstance(value, type) and issubclass(value, teleprompt.Teleprompter) and value is not teleprompt.Teleprompter:
+        if (
+            isinstance(value, type)
+            and issubclass(value, teleprompt.Teleprompter)
+            and value is not teleprompt.Teleprompter
+        ):
             found[f"dspy.teleprompt.{name}"] = value
     return found
 
@@ -363,7 +369,6 @@ def tune(
 
     Several processes (or machines) may run tune() on one study: give them the same `storage` (an RDB URL such
     as postgresql://...) and `study_name`; Optuna hands each its own trials."""
-    import optuna
 
     from tide_dspy.evaluation import evaluate
     from tide_dspy.programs import build_program

@@ -13,14 +13,21 @@ from pathlib import Path
 import dspy
 from dspy.utils.saving import get_dependency_versions
 
+from tide_dspy.data.records import describe_record_error
+from tide_dspy.discovery import (
+    TIDE,
+    DiscoveryProgram,
+    FirstListed,
+    LexicalJoin,
+    MultiAgent,
+    RandomBaseline,
+    SingleAgent,
+)
+from tide_dspy.domains import Setting
+from tide_dspy.schemas import Template
+from tide_dspy.util.jsonio import read_json_file
 from tide_dspy.util.safe_write import write_text
 from tide_dspy.util.secrets import scrub_secrets
-from tide_dspy.data.records import describe_record_error
-from tide_dspy.util.jsonio import read_json_file
-from tide_dspy.discovery import (TIDE, DiscoveryProgram, FirstListed, LexicalJoin, MultiAgent, RandomBaseline,
-                                 SingleAgent)
-from tide_dspy.schemas import Template
-from tide_dspy.domains import get_setting
 
 # method -> (class, fixed config). The paper's ablations are TIDE with other guidance.
 METHODS: dict[str, tuple[type[DiscoveryProgram], dict]] = {
@@ -63,7 +70,7 @@ def _as_templates(templates) -> list[Template]:
     return [t if isinstance(t, Template) else Template.model_validate(t) for t in templates]
 
 
-def build_program(method: str, setting: str, templates=None, demos: list[str] | None = None,
+def build_program(method: str, setting: str | Setting, templates=None, demos: list[str] | None = None,
                   **config) -> DiscoveryProgram:
     """A fresh program. `templates`: a TemplateLibrary, a list of Templates, or a library JSON path.
 
@@ -78,9 +85,7 @@ def build_program(method: str, setting: str, templates=None, demos: list[str] | 
         raise ValueError("method 'tide' needs a template library: pass templates=... (make one with `tide distill`)")
     if method == "iter-demos" and not demos:
         raise ValueError("method 'iter-demos' needs demos=[...] (see tide_dspy.templates.solved_demos)")
-    shape = get_setting(setting)
-    kwargs = {"max_rounds": shape.rounds, "per_round": shape.per_round,
-              **{k: v for k, v in config.items() if v is not None}, **fixed}
+    kwargs = {**{k: v for k, v in config.items() if v is not None}, **fixed}
     if cls is SingleAgent:
         kwargs.pop("max_rounds", None)
         kwargs["per_round"] = kwargs.pop("max_findings", 10)
@@ -117,7 +122,9 @@ def save_program(program: DiscoveryProgram, path: str | Path, extra: dict | None
     state["metadata"] = {"dependency_versions": get_dependency_versions()}
     for name, _ in program.named_predictors():
         state[name]["lm"] = None  # the LM is the user's choice at run time (and its state may hold headers)
-    state["tide_extra"] = scrub_secrets({"method": method_of(program), "dspy_version": dspy.__version__, **(extra or {})})
+    state["tide_extra"] = scrub_secrets(
+        {"method": method_of(program), "dspy_version": dspy.__version__, **(extra or {})}
+    )
     return write_text(path, json.dumps(state, indent=2, ensure_ascii=False) + "\n")
 
 
@@ -193,12 +200,16 @@ def load_program(path_or_uri: str | Path) -> DiscoveryProgram:
     try:
         program = DiscoveryProgram.from_config(state["tide_config"])
     except (TypeError, ValueError) as exc:
-        raise ValueError(f"{path}: tide_config does not build a program ({describe_record_error(exc)}); {fix}") from None
+        raise ValueError(
+            f"{path}: tide_config does not build a program ({describe_record_error(exc)}); {fix}"
+        ) from None
     names = [name for name, _ in program.named_predictors()]
     missing = [n for n in names if not isinstance(state.get(n), dict)]
     extra = sorted(set(state) - set(names) - STATE_KEYS)
     if missing or extra:
-        parts = ([f"no predictor state for {missing}"] if missing else []) + ([f"unknown key(s) {extra}"] if extra else [])
+        parts = ([f"no predictor state for {missing}"] if missing else []) + (
+            [f"unknown key(s) {extra}"] if extra else []
+        )
         raise ValueError(f"{path}: {' and '.join(parts)}; {fix}")
     try:
         program.load_state({k: v for k, v in state.items() if k in names})
@@ -223,9 +234,9 @@ def replace_templates(program_path: str | Path, library_path: str | Path | None)
     if getattr(program, "guidance", None) != "templates":
         raise ValueError(f"{program_path}: not a TIDE program with templates (guidance={program.guidance!r})")
     library = TemplateLibrary.load(library_path) if library_path is not None else TemplateLibrary()
-    if library.setting and library.setting != program.setting_name:
+    if library.setting and library.setting != program.setting.name:
         raise ValueError(f"{library_path}: a {library.setting} library, but {program_path} is a "
-                         f"{program.setting_name} program")
+                         f"{program.setting.name} program")
     previous = [t.id for t in program.templates]
     program.templates = list(library.templates)
     extra = {**program.tide_extra, "templates_path": str(library_path) if library_path is not None else None,

@@ -382,6 +382,7 @@ class Sandbox:
     def __init__(self, root: str | Path, argv: list[str], options: SandboxOptions = SandboxOptions()):
         self.root, self.argv, self.options = Path(root).resolve(), list(argv), options
         self.as_root = os.geteuid() == 0
+        check_readable(options.read_only, self.root)  # the user's options first, then this machine
         self.bwrap = None if options.unsandboxed else bwrap_path()
         if not options.unsandboxed and self.bwrap is None:
             raise SandboxUnavailable(f"--verify runs the project's tests and the model's patches inside bubblewrap "
@@ -392,7 +393,6 @@ class Sandbox:
             raise SandboxUnavailable(f"--verify: bubblewrap {'.'.join(map(str, self.version)) or '(unknown version)'} "
                                      f"at {self.bwrap} is too old (it needs {'.'.join(map(str, MIN_BWRAP))} or newer "
                                      f"for --perms and --size); {INSTALL_HINT}, or pass --verify-unsandboxed")
-        check_readable(options.read_only, self.root)
         home = os.path.expanduser("~") if options.unsandboxed else str(Path(os.path.expanduser("~")).resolve())
         self.home = home if home != "/" else "/home/sandbox"
         self.env = sandbox_environment(options.env, home=self.home)
@@ -561,7 +561,9 @@ def read_junit(path: Path) -> dict[str, str]:
     outcomes = {}
     for case in root.iter("testcase"):
         kinds = {child.tag for child in case}
-        outcome = ERROR if "error" in kinds else FAILED if "failure" in kinds else SKIPPED if "skipped" in kinds else PASSED
+        outcome = (
+            ERROR if "error" in kinds else FAILED if "failure" in kinds else SKIPPED if "skipped" in kinds else PASSED
+        )
         test = junit_id(case.get("classname", ""), case.get("name", ""))
         if outcomes.get(test) not in (FAILED, ERROR):  # a teardown error is reported as a second entry
             outcomes[test] = outcome

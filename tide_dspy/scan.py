@@ -23,8 +23,8 @@ from dspy.utils.exceptions import AdapterParseError
 from pydantic import BaseModel
 
 from tide_dspy.backbones.usage import entries_since, usage_mark, usage_tokens
+from tide_dspy.domains import ContextView, Setting, get_setting
 from tide_dspy.schemas import Finding, Instance
-from tide_dspy.domains import ContextView, get_setting
 from tide_dspy.util.fields import field_of
 
 log = logging.getLogger(__name__)
@@ -131,13 +131,13 @@ def expected_rating(logprobs) -> float | None:
 class Scanner(dspy.Module):
     """One predictor, one call per artifact. Its instruction is optimizable like the round's."""
 
-    def __init__(self, setting: str):
+    def __init__(self, setting: str | Setting):
         super().__init__()
-        self.setting_name = setting
-        self.rate = dspy.Predict(get_setting(setting).scan_signature)
+        self.setting = get_setting(setting)
+        self.rate = dspy.Predict(self.setting.scan_signature)
 
     def forward(self, instance: Instance, view: ContextView, guidance: str) -> ScanRecord:
-        setting = get_setting(self.setting_name)
+        setting = self.setting
         started = time.perf_counter()
         lm = self.rate.lm or dspy.settings.lm
         mark = usage_mark(lm)
@@ -198,7 +198,7 @@ class ScanOnly(dspy.Module):
         if program.scanner is None:
             raise ValueError("scan-recall compiles a program's scan: build it with scan=True (tide compile --scan N)")
         self.scanner = program.scanner
-        self.setting_name = program.setting_name
+        self.setting = program.setting
         self.guidance = program.scan_guidance()
         self.context_order_seed = program.context_order_seed
         self.focus_size = program.focus_size

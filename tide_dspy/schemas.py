@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import json
-from typing import Any, Literal, get_args
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-SettingName = Literal["workspace", "repository"]
-SETTING_NAMES: tuple[str, ...] = get_args(SettingName)
 ArtifactKind = Literal["email", "calendar", "document", "function"]
 
 
@@ -69,7 +67,7 @@ class Instance(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     instance_id: str
-    setting: SettingName
+    setting: str  # the name of a Setting (domains.SETTINGS); data/records.py refuses a record of another
     split: str | None = None
     artifacts: list[Artifact]
     problems: list[GoldProblem] = Field(default_factory=list)
@@ -133,7 +131,7 @@ class Template(BaseModel):
     name: str
     pattern: str
     evidence_flow: list[str]
-    setting: SettingName | None = None
+    setting: str | None = None  # a Setting's name; TemplateLibrary.load refuses another
     source_case: str | None = None
 
 

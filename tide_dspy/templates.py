@@ -22,10 +22,10 @@ from tqdm.auto import tqdm
 
 from tide_dspy.abstraction import case_text, source_keys
 from tide_dspy.backbones.usage import entries_usage
-from tide_dspy.util.jsonio import read_json_file
+from tide_dspy.domains import SETTINGS, Setting, get_setting
 from tide_dspy.refinement import Refined, refine_template
 from tide_dspy.schemas import GoldProblem, Instance, Template
-from tide_dspy.domains import Setting, get_setting
+from tide_dspy.util.jsonio import read_json_file
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +34,7 @@ DEFAULT_MAX_TEMPLATES = 32  # the paper's libraries hold a few dozen; this many 
 DEFAULT_ATTEMPTS = 3
 
 
-def template_id(setting: str, number: int, total: int = 0) -> str:
+def template_id(setting: str | Setting, number: int, total: int = 0) -> str:
     """ws-t01 / repo-t001 (the setting's template_id_prefix); the width grows when a library outgrows it."""
     return get_setting(setting).template_id(number, total)
 
@@ -51,14 +51,10 @@ def solved_cases(instances: list[Instance]) -> list[tuple[Instance, GoldProblem]
 class Distiller(dspy.Module):
     """One predictor: a solved case (context, problem, resolution) -> an abstract template draft."""
 
-    def __init__(self, setting: str):
+    def __init__(self, setting: str | Setting):
         super().__init__()
-        self.setting_name = setting
-        self.distill = dspy.Predict(get_setting(setting).distill_signature)
-
-    @property
-    def setting(self) -> Setting:
-        return get_setting(self.setting_name)
+        self.setting = get_setting(setting)
+        self.distill = dspy.Predict(self.setting.distill_signature)
 
     def forward(self, case_instance: Instance, problem: GoldProblem) -> dspy.Prediction:
         # Not `instance`: DSPy's callback wrapper of Module.__call__ takes that name, so Refine's keyword call
@@ -111,6 +107,10 @@ class TemplateLibrary:
                 where = ".".join(str(x) for x in err["loc"])
                 raise ValueError(f"{path}: templates[{i}].{where}: {err['msg']}; each template needs id, name, "
                                  "pattern and evidence_flow (a list of strings)") from None
+        for where, name in [("setting", data.get("setting")), *((f"templates[{i}].setting", t.setting)
+                                                               for i, t in enumerate(templates))]:
+            if name is not None and name not in SETTINGS:
+                raise ValueError(f"{path}: {where} {name!r} is not a setting; use one of {', '.join(SETTINGS)}")
         duplicates = sorted({t.id for t in templates if sum(u.id == t.id for u in templates) > 1})
         if duplicates:
             raise ValueError(f"{path}: duplicate template ids {duplicates}; every template id must be unique")
@@ -161,7 +161,9 @@ class TemplateLibrary:
             return TemplateLibrary(list(self.templates), self.setting, dict(self.meta))
         picked = set(random.Random(seed).sample(range(len(self.templates)), n))
         chosen = [t for i, t in enumerate(self.templates) if i in picked]
-        return TemplateLibrary(chosen, self.setting, {**self.meta, "subset_of": len(self.templates), "subset_seed": seed})
+        return TemplateLibrary(
+            chosen, self.setting, {**self.meta, "subset_of": len(self.templates), "subset_seed": seed}
+        )
 
 
 def _near_duplicate(a: Template, b: Template, threshold: float) -> bool:
@@ -185,7 +187,7 @@ def distill_one(distiller: Distiller, instance: Instance, problem: GoldProblem, 
 
 def distill_library(
     instances: list[Instance],
-    setting: str,
+    setting: str | Setting,
     *,
     distiller: Distiller | None = None,
     attempts: int = DEFAULT_ATTEMPTS,
@@ -201,14 +203,14 @@ def distill_library(
     capped, abstraction (the kept templates' checks and their source cases' specific tokens, the mean score of
     the library and of every case's best draft), lm_usage (the backbone's calls, Refine's copies included).
     """
-    get_setting(setting)
+    setting = get_setting(setting)
     distiller = distiller or Distiller(setting)
-    cases = solved_cases([i for i in instances if i.setting == setting])
+    cases = solved_cases([i for i in instances if i.setting == setting.name])
     if not cases:
-        raise ValueError(f"no solved {setting} problems to distill among {len(instances)} instances "
+        raise ValueError(f"no solved {setting.name} problems to distill among {len(instances)} instances "
                          "(is this the train split of the right setting?)")
     templates, failures, checks, best_scores, entries = [], [], {}, [], []
-    bar = tqdm(cases, desc=f"distill {setting}", unit="case", disable=not progress)
+    bar = tqdm(cases, desc=f"distill {setting.name}", unit="case", disable=not progress)
     for instance, problem in bar:
         outcome = distill_one(distiller, instance, problem, attempts, lm=lm)
         entries += outcome.history
@@ -216,10 +218,10 @@ def distill_library(
         if outcome.passed:
             draft = outcome.draft
             template = Template(
-                id=template_id(setting, len(templates) + 1, len(cases)),
+                id=setting.template_id(len(templates) + 1, len(cases)),
                 name=draft.name.strip(), pattern=draft.pattern.strip(),
                 evidence_flow=list(dict.fromkeys(s.strip() for s in draft.evidence_flow if s.strip())),
-                setting=setting, source_case=problem.problem_id,
+                setting=setting.name, source_case=problem.problem_id,
             )
             templates.append(template)
             case = distiller.setting.solved_case(instance, problem)
@@ -231,7 +233,7 @@ def distill_library(
             failures.append({"source_case": problem.problem_id, "score": outcome.report.score,
                              "leaks": outcome.report.to_dict()["leaks"]})
         bar.set_postfix(passed=len(templates), failed=len(failures))
-    library = TemplateLibrary(templates, setting, {
+    library = TemplateLibrary(templates, setting.name, {
         "cases": len(cases), "passed": len(templates), "failed": len(failures), "failures": failures,
         "attempts": attempts,
     })
@@ -248,15 +250,15 @@ def distill_library(
     return library
 
 
-def solved_demos(instances: list[Instance], setting: str, n: int) -> list[str]:
+def solved_demos(instances: list[Instance], setting: str | Setting, n: int) -> list[str]:
     """n solved training problems rendered as raw examples (the Iter + Demos ablation's guidance).
 
     Taken round-robin over the instances (first problem of each, then the second, ...) so that a small n
     still spans several contexts.
     """
-    s = get_setting(setting)
-    per_instance = [solved_cases([i]) for i in instances if i.setting == setting]
+    setting = get_setting(setting)
+    per_instance = [solved_cases([i]) for i in instances if i.setting == setting.name]
     cases = [c for layer in zip_longest(*per_instance) for c in layer if c is not None]
     if not cases and n > 0:
-        raise ValueError(f"no solved {setting} problems among {len(instances)} instances to use as demos")
-    return [s.render_demo(inst, p) for inst, p in cases[:n]]
+        raise ValueError(f"no solved {setting.name} problems among {len(instances)} instances to use as demos")
+    return [setting.render_demo(inst, p) for inst, p in cases[:n]]

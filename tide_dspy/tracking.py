@@ -1,7 +1,10 @@
 """One tracked run per command: timing, LM usage, MLflow and provenance.json (`tracked_run`), plus the model registry.
+A step records its metrics, params, scores, usage and files on the run (`TrackedRun.record`); they are logged
+once, when the run ends.
 
-LM usage is counted in backbones.usage. The store is `sqlite:///mlflow.db` (in the working directory) unless MLFLOW_TRACKING_URI names another. mlflow is
-imported only inside the functions that use it, so importing this module stays cheap.
+LM usage is counted in backbones.usage. The store is `sqlite:///mlflow.db` (in the working directory) unless
+MLFLOW_TRACKING_URI names another. mlflow is imported only inside the functions that use it, so importing this
+module stays cheap.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -57,13 +60,31 @@ def tracking_errors(uri: str | None) -> Iterator[None]:
         raise tracking_error(uri, exc) from None
 
 
+# variable -> (the value configure_tracking set it to, the user's own value then). mlflow.set_tracking_uri and
+# set_registry_uri write MLFLOW_TRACKING_URI and MLFLOW_REGISTRY_URI, so a later call in the same process must not
+# take that write for the user's choice.
+_WRITTEN: dict[str, tuple[str, str | None]] = {}
+
+
+def _user_env(name: str) -> str | None:
+    """The user's value of an MLflow variable, not the one an earlier configure_tracking wrote."""
+    value = os.environ.get(name)
+    written, user = _WRITTEN.get(name, (None, None))
+    return user if value is not None and value == written else value
+
+
 def configure_tracking(uri: str | None = None) -> str:
+    """Point MLflow at `uri`, else $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db; the registry at
+    $MLFLOW_REGISTRY_URI, else the same store."""
     import mlflow
 
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
-    uri = uri or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI
+    user_tracking, user_registry = _user_env("MLFLOW_TRACKING_URI"), _user_env("MLFLOW_REGISTRY_URI")
+    uri = uri or user_tracking or DEFAULT_TRACKING_URI
+    registry = user_registry or uri
     mlflow.set_tracking_uri(uri)
-    mlflow.set_registry_uri(os.environ.get("MLFLOW_REGISTRY_URI") or uri)
+    mlflow.set_registry_uri(registry)
+    _WRITTEN.update(MLFLOW_TRACKING_URI=(uri, user_tracking), MLFLOW_REGISTRY_URI=(registry, user_registry))
     return uri
 
 
@@ -85,7 +106,7 @@ def record_provenance(folder: str | Path, artifact: str, command: str | None, **
     path = folder / "provenance.json"
     data = read_json_file(path, "") if path.exists() else {}
     data[artifact] = scrub_secrets({"command": command,
-                                    "date": datetime.now(timezone.utc).isoformat(timespec="seconds"), **info})
+                                    "date": datetime.now(UTC).isoformat(timespec="seconds"), **info})
     folder.mkdir(parents=True, exist_ok=True)
     write_json(path, data, ensure_ascii=True)
     return path
@@ -119,32 +140,63 @@ def score_metrics(result, prefix: str = "") -> dict[str, float]:
     return out
 
 
-def log_scores(result, prefix: str = "") -> None:
-    import mlflow
-
-    mlflow.log_metrics(score_metrics(result, prefix))
-
-
-def log_usage(usage: dict | None, name: str = "lm_usage.json") -> None:
-    """The usage summary as an artifact, and its totals as metrics."""
-    import mlflow
-
+def usage_metrics(usage: dict) -> dict[str, float]:
+    """The totals of a usage summary ({role: summary}) as metric names like `backbone_calls`."""
     from tide_dspy.backbones.usage import USAGE_METRICS
 
-    if not usage:
-        return
-    mlflow.log_dict(usage, name)
-    for role, summary in usage.items():
-        for key in USAGE_METRICS:
-            value = (summary or {}).get(key)
-            if value is not None:
-                mlflow.log_metric(f"{role}_{key}", float(value))
+    return {f"{role}_{key}": float(value) for role, summary in usage.items() for key in USAGE_METRICS
+            if (value := (summary or {}).get(key)) is not None}
+
+
+@dataclass
+class Record:
+    """What a step leaves in its MLflow run, logged once when the run ends: metrics (None values left out), params,
+    evaluation scores by metric prefix, an LM usage summary (lm_usage.json and its totals as metrics), JSON
+    artifacts by name, and files with the artifact folder each goes to (None: the top; missing files left out)."""
+
+    metrics: dict[str, float | None] = field(default_factory=dict)
+    params: dict[str, Any] = field(default_factory=dict)
+    scores: dict[str, Any] = field(default_factory=dict)  # prefix -> EvaluationResult
+    usage: dict | None = None
+    dicts: dict[str, dict] = field(default_factory=dict)
+    files: dict[Path, str | None] = field(default_factory=dict)
+
+    def add(self, *, metrics: dict | None = None, params: dict | None = None, scores: dict | None = None,
+            usage: dict | None = None, dicts: dict | None = None, files: dict | None = None) -> None:
+        """Add to what is recorded; a later value of the same name replaces an earlier one."""
+        self.metrics.update(metrics or {})
+        self.params.update(params or {})
+        self.scores.update(scores or {})
+        self.usage = usage if usage is not None else self.usage
+        self.dicts.update(dicts or {})
+        self.files.update({Path(path): folder for path, folder in (files or {}).items()})
+
+    def log(self) -> None:
+        """Log all of it to the active MLflow run."""
+        import mlflow
+
+        metrics = {k: float(v) for k, v in self.metrics.items() if v is not None}
+        for prefix, result in self.scores.items():
+            metrics.update(score_metrics(result, prefix))
+        if self.usage:
+            mlflow.log_dict(self.usage, "lm_usage.json")
+            metrics.update(usage_metrics(self.usage))
+        if metrics:
+            mlflow.log_metrics(metrics)
+        if self.params:
+            log_params(self.params)
+        for name, data in self.dicts.items():
+            mlflow.log_dict(data, name)
+        for path, folder in self.files.items():
+            if path.exists():
+                mlflow.log_artifact(str(path), artifact_path=folder)
 
 
 @dataclass
 class TrackedRun:
-    """What `tracked_run` yields: the clock, the LM usage counters, provenance and (when tracking is on) the MLflow
-    run. Every logging method is a no-op when tracking is off, so a command calls them unconditionally."""
+    """What `tracked_run` yields: the clock, the LM usage counters, provenance, what the step records (`record`,
+    logged when the run ends) and, when tracking is on, the MLflow run. A step records unconditionally: with
+    tracking off nothing is logged."""
 
     run: Any = None  # the active MLflow run, or None when tracking is off
     command_line: str | None = None
@@ -152,6 +204,7 @@ class TrackedRun:
     started: float = field(default_factory=time.perf_counter)
     marks: dict[str, str | None] = field(default_factory=dict)
     uri: str | None = None  # the MLflow store, for error messages
+    recorded: Record = field(default_factory=Record)
 
     def __post_init__(self):
         from tide_dspy.backbones.usage import usage_mark
@@ -179,44 +232,17 @@ class TrackedRun:
     def provenance(self, folder: str | Path, artifact: str, **info) -> None:
         record_provenance(folder, artifact, self.command_line, **info)
 
-    def log_metrics(self, values: dict) -> None:
+    def record(self, **what) -> None:
+        """Record metrics, params, scores, usage, dicts or files (the fields of `Record`) for the end of the run."""
+        self.recorded.add(**what)
+
+    def log_step(self, name: str, value: float, step: int) -> None:
+        """One point of a metric that grows while the run goes (a trial's value): logged at once, not at the end."""
         if self.enabled:
             import mlflow
 
             with tracking_errors(self.uri):
-                mlflow.log_metrics({k: float(v) for k, v in values.items() if v is not None})
-
-    def log_params(self, values: dict) -> None:
-        if self.enabled:
-            import mlflow
-
-            with tracking_errors(self.uri):
-                mlflow.log_params(values)
-
-    def log_scores(self, result, prefix: str = "") -> None:
-        if self.enabled:
-            with tracking_errors(self.uri):
-                log_scores(result, prefix)
-
-    def log_usage(self, usage: dict | None = None) -> None:
-        """`usage` (default: this run's counters) as lm_usage.json and metrics."""
-        if self.enabled:
-            with tracking_errors(self.uri):
-                log_usage(self.usage() if usage is None else usage)
-
-    def log_dict(self, data: dict, name: str) -> None:
-        if self.enabled:
-            import mlflow
-
-            with tracking_errors(self.uri):
-                mlflow.log_dict(data, name)
-
-    def log_artifact(self, path: str | Path, folder: str | None = None) -> None:
-        if self.enabled and Path(path).exists():
-            import mlflow
-
-            with tracking_errors(self.uri):
-                mlflow.log_artifact(str(path), artifact_path=folder)
+                mlflow.log_metric(name, value, step=step)
 
 
 @contextmanager
@@ -224,7 +250,8 @@ def tracked_run(command: str, *, setting: str, backbone: str, params: dict | Non
                 uri: str | None = None, experiment: str = EXPERIMENT, enabled: bool = True,
                 command_line: str | None = None, lms: dict | None = None) -> Iterator[TrackedRun]:
     """A run named `<command>-<setting>-<backbone>`: an MLflow run with the common params (and the git SHA) logged,
-    a clock, usage counters for `lms` ({role: LM}) and the `command_line` that provenance.json records.
+    a clock, usage counters for `lms` ({role: LM}) and the `command_line` that provenance.json records. What the
+    step records (`TrackedRun.record`) is logged when it ends, a failed step's too.
 
     With enabled=False nothing goes to MLflow; the TrackedRun still times, counts and writes provenance."""
     lms = dict(lms or {})
@@ -245,7 +272,17 @@ def tracked_run(command: str, *, setting: str, backbone: str, params: dict | Non
             mlflow.set_tags({"tide.command": command, "tide.setting": setting, "tide.backbone": backbone})
             log_params({"command": command, "setting": setting, "backbone": backbone, "git_sha": git_sha(),
                         **(params or {})})
-        yield TrackedRun(run, command_line, lms, uri=uri)
+        tracked = TrackedRun(run, command_line, lms, uri=uri)
+        try:
+            yield tracked
+        except BaseException:
+            try:
+                tracked.recorded.log()
+            except Exception as exc:  # noqa: BLE001 - the step's own error is the one to report
+                log.warning("%s", tracking_error(uri, exc))
+            raise
+        with tracking_errors(uri):
+            tracked.recorded.log()
         status = "FINISHED"
     finally:
         try:
@@ -275,7 +312,9 @@ def _register_program(program_path: str | Path, setting: str, backbone: str, par
 
     run = mlflow.active_run()
     name = model_name(setting, backbone)
-    clean = {k: _param_value(v) for k, v in scrub_secrets({k: v for k, v in (params or {}).items() if v is not None}).items()}
+    clean = {
+        k: _param_value(v) for k, v in scrub_secrets({k: v for k, v in (params or {}).items() if v is not None}).items()
+    }
     model = mlflow.initialize_logged_model(name=name, source_run_id=run.info.run_id if run else None,
                                            params=clean, model_type=MODEL_TYPE)
     with tempfile.TemporaryDirectory() as tmp:

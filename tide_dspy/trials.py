@@ -25,6 +25,7 @@ from pathlib import Path
 import dspy
 from tqdm import tqdm
 
+from tide_dspy.backbones.usage import Meter
 from tide_dspy.schemas import Finding, Instance, RoundRecord
 from tide_dspy.util.hashing import sha256_hex
 
@@ -51,32 +52,6 @@ class Budget:
         parts = ([f"{self.max_calls} LM calls"] if self.max_calls else []) + (
             [f"${self.max_cost:g}"] if self.max_cost else [])
         return " and ".join(parts) or "no bound"
-
-
-class Meter:
-    """LM calls and cost since it was made, over every LM of the process (copies included), cache hits left out.
-
-    It reads DSPy's global history incrementally, so its bound (10,000 entries) matters only between two reads."""
-
-    def __init__(self):
-        from dspy.clients.base_lm import GLOBAL_HISTORY
-
-        self._history = GLOBAL_HISTORY
-        self._last = GLOBAL_HISTORY[-1]["uuid"] if GLOBAL_HISTORY else None
-        self.calls, self.cost = 0, 0.0
-
-    def spent(self) -> tuple[int, float]:
-        entries = list(self._history)
-        start = 0
-        if self._last is not None:
-            start = next((i + 1 for i in range(len(entries) - 1, -1, -1) if entries[i].get("uuid") == self._last), 0)
-        for entry in entries[start:]:
-            if not getattr(entry.get("response"), "cache_hit", False):
-                self.calls += 1
-                self.cost += entry.get("cost") or 0.0
-        if entries:
-            self._last = entries[-1].get("uuid")
-        return self.calls, round(self.cost, 6)
 
 
 def tracing() -> bool:

@@ -19,9 +19,10 @@ from pydantic import BaseModel, ConfigDict
 
 from tide_dspy import metrics
 from tide_dspy.budget import Estimate, Estimator, Limits, Target, estimate_runs
+from tide_dspy.data.selection import Selection, data_path
 from tide_dspy.discovery import ChanceBaseline
 from tide_dspy.domains import get_setting
-from tide_dspy.evaluation import EvaluationResult, data_path, evaluate, read_rows, select_instances
+from tide_dspy.evaluation import EvaluationResult, evaluate, read_rows
 from tide_dspy.programs import build_program, load_program, method_of, program_dir, save_program
 from tide_dspy.sandbox import SandboxOptions
 from tide_dspy.schemas import Instance
@@ -31,34 +32,6 @@ from tide_dspy.util.jsonio import write_json
 from tide_dspy.util.secrets import scrub_secrets
 
 LMSource = dspy.BaseLM | Callable[[], dspy.BaseLM]
-
-
-class Selection(BaseModel):
-    """Which instances a step runs on: a setting's split, optionally narrowed by ids, context size and count."""
-
-    setting: str | None  # None only until a saved program names it (evaluate --program)
-    split: str
-    data: str | None = None  # the setting's JSONL file or folder (default: $TIDE_DATA/<setting>)
-    ids: list[str] | None = None
-    max_context_tokens: int | None = None
-    limit: int | None = None
-    skip_invalid: bool = False  # leave out (and list) records that are not valid instances
-
-    def load(self) -> list[Instance]:
-        from tide_dspy.data import load_instances
-
-        path = data_path(self.setting, self.data)
-        instances = load_instances(path, setting=self.setting, split=self.split, skip_invalid=self.skip_invalid)
-        if self.ids:
-            known = {i.instance_id for i in instances}
-            missing = [i for i in self.ids if i not in known]
-            if missing:
-                raise ValueError(f"--ids: {missing} not in the {self.split} split of {path}")
-            instances = [i for i in instances if i.instance_id in self.ids]
-        instances = select_instances(instances, max_context_tokens=self.max_context_tokens, limit=self.limit)
-        if not instances:
-            raise ValueError(f"{path}: no {self.setting} instances in split {self.split!r} after the filters")
-        return instances
 
 
 class Tracking(BaseModel):
@@ -87,6 +60,16 @@ class ProgramShape(BaseModel):
                              "no artifact")
         program.use_scan(self.scan)
 
+    def apply(self, program) -> None:
+        """Reshape a built or loaded `program` by the overrides that are set (its compiled state is kept)."""
+        for name, value in (("max_rounds", self.rounds), ("per_round", self.per_round),
+                            ("max_evidence", self.max_evidence)):
+            if value:
+                setattr(program, name, value)
+        if self.shuffle_context is not None:
+            program.context_order_seed = self.shuffle_context
+        self.apply_scan(program)
+
 
 def _lm(lm: LMSource) -> dspy.BaseLM:
     return lm if isinstance(lm, dspy.BaseLM) or not callable(lm) else lm()
@@ -109,10 +92,15 @@ def templates_path(setting: str, backbone: str, templates: str | Path | None, pr
     return Path(templates) if templates else program_dir(setting, backbone, root=programs) / "templates.json"
 
 
-def build_method(setting: str, method: str, shape: ProgramShape, *, templates: Path | None = None, demos: int | None = 3,
-                 data: str | None = None, train_instances: list[Instance] | None = None):
-    """A fresh program of `method`; tide reads `templates`; iter-demos takes `demos` solved examples from
-    `train_instances` (default: the train split)."""
+def build_method(setting: str, method: str, shape: ProgramShape, *, templates=None, demos: int | None = 3,
+                 data: str | None = None, train_instances: list[Instance] | None = None, scan_templates=None,
+                 max_findings: int | None = None):
+    """A fresh program of `method`, the one way every command and experiment builds one.
+
+    tide reads `templates` (a library JSON path, a TemplateLibrary or a list of Templates); iter-demos takes
+    `demos` solved examples from `train_instances` (default: the train split). With a scan, `scan_templates` are
+    what a method without templates of its own rates against. `max_findings` bounds single's one call (default:
+    the program's)."""
     from tide_dspy.data import load_instances
     from tide_dspy.templates import solved_demos
 
@@ -123,7 +111,8 @@ def build_method(setting: str, method: str, shape: ProgramShape, *, templates: P
         demo_texts = solved_demos(train_instances, setting, demos)
     built = build_program(method, setting, templates=templates if method == "tide" else None, demos=demo_texts,
                           max_rounds=shape.rounds, per_round=shape.per_round, max_evidence=shape.max_evidence,
-                          context_order_seed=shape.shuffle_context)
+                          context_order_seed=shape.shuffle_context, scan_templates=scan_templates,
+                          **({"max_findings": max_findings} if method == "single" else {}))
     shape.apply_scan(built)
     return built
 
@@ -185,11 +174,10 @@ def distill(selection: Selection, *, lm: LMSource, backbone: str, judge: str = "
             run.provenance(out.parent, out.name, seconds=seconds, **counts,
                            mean_abstraction_score=scores["mean_score"],
                            draft_mean_abstraction_score=scores["draft_mean_score"])
-        run.log_metrics({**counts, "seconds": seconds, "draft_mean_abstraction_score": scores["draft_mean_score"],
-                         "mean_abstraction_score": scores["mean_score"]})
-        run.log_usage({"backbone": meta["lm_usage"]})
-        run.log_dict({"failures": meta["failures"]}, "distill_failures.json")
-        run.log_artifact(out)
+        run.record(metrics={**counts, "seconds": seconds, "draft_mean_abstraction_score": scores["draft_mean_score"],
+                            "mean_abstraction_score": scores["mean_score"]},
+                   usage={"backbone": meta["lm_usage"]}, files={out: None},
+                   dicts={"distill_failures.json": {"failures": meta["failures"]}})
     return DistillResult(**counts, mean_score=scores["mean_score"], draft_mean_score=scores["draft_mean_score"],
                          seconds=seconds, path=out, written=bool(len(library)))
 
@@ -240,7 +228,8 @@ def compile_and_save(selection: Selection, *, lm: LMSource, backbone: str, metho
     and after; save it as programs/<setting>/<backbone>/<method>.json (tide.json for tide) and register it.
 
     With metric scan-recall the validation runs the scan alone (its rounds add nothing the metric sees), so its
-    tables hold the scan recall and no findings. Every evaluation of the search goes to programs/<setting>/<backbone>/compile/trials.jsonl, so a rerun of an
+    tables hold the scan recall and no findings. Every evaluation of the search goes to
+    programs/<setting>/<backbone>/compile/trials.jsonl, so a rerun of an
     interrupted compile replays what was scored (`fresh` starts over). `budget` bounds the search's LM calls (and
     cost); when it stops the search, the best candidate scored so far is saved, the validation after is skipped,
     and a rerun with a larger budget goes on from the log."""
@@ -291,14 +280,11 @@ def compile_and_save(selection: Selection, *, lm: LMSource, backbone: str, metho
         seconds = {"before": t1, "compile": round(t2 - t1, 1), "after": round(run.seconds() - t2, 1)}
         metric_before = aggregate_value(before, metric)
         metric_after = aggregate_value(after, metric) if after is not None else None
-        run.log_scores(before, "before_")
-        if after is not None:
-            run.log_scores(after, "after_")
-        run.log_metrics({"metric_before": metric_before, "metric_after": metric_after,
-                         "trials": search["trials"], "search_lm_calls": search["lm_calls"],
-                         **{f"seconds_{k}": v for k, v in seconds.items()}})
-        run.log_usage()
-        run.log_dict(search, "trials_summary.json")
+        run.record(scores={"before_": before, **({"after_": after} if after is not None else {})},
+                   metrics={"metric_before": metric_before, "metric_after": metric_after,
+                            "trials": search["trials"], "search_lm_calls": search["lm_calls"],
+                            **{f"seconds_{k}": v for k, v in seconds.items()}},
+                   usage=run.usage(), dicts={"trials_summary.json": search})
         if not scored_any:
             return CompileResult(optimizer=optimizer, metric=metric, n_val=len(val), before=before, after=None,
                                  metric_before=metric_before, metric_after=None, seconds=seconds, search=search,
@@ -312,9 +298,9 @@ def compile_and_save(selection: Selection, *, lm: LMSource, backbone: str, metho
         run.provenance(folder, out.name, seconds=seconds, metric=metric, val_before=metric_before,
                        val_after=metric_after, val_ids=params["val_ids"], train_ids=params["train_ids"],
                        optimizer=optimizer, options=overrides, search=search, lm_usage=run.usage())
-        for path in (out, library, folder / "compile" / "val_before.jsonl", folder / "compile" / "val_after.jsonl",
-                     folder / "compile" / "trials.jsonl"):
-            run.log_artifact(path, "program" if path == out else None)
+        run.record(files={out: "program", **{path: None for path in (
+            library, folder / "compile" / "val_before.jsonl", folder / "compile" / "val_after.jsonl",
+            folder / "compile" / "trials.jsonl")}})
         registered = None
         if run.enabled and register:
             version = register_program(out, setting, backbone,
@@ -366,10 +352,7 @@ def tune_and_save(selection: Selection, *, lm: LMSource, backbone: str, trials: 
         def after_trial(trial, value, result):
             if on_trial:
                 on_trial(trial, value)
-            if run.enabled:
-                import mlflow
-
-                mlflow.log_metric("trial_value", value, step=trial.number)
+            run.log_step("trial_value", value, trial.number)
 
         found = tune(setting, library, val, lm=lm, n_trials=trials, storage=storage, study_name=study_name,
                      metric=metric, judge=judge_model, on_trial=after_trial, base=base, workers=workers)
@@ -381,9 +364,8 @@ def tune_and_save(selection: Selection, *, lm: LMSource, backbone: str, trials: 
         folder.mkdir(parents=True, exist_ok=True)
         write_json(folder / "tune.json", summary, ensure_ascii=True)
         run.provenance(folder, "tune.json", seconds=seconds)
-        run.log_metrics({"best_value": best.value, "seconds": seconds})
-        run.log_params({f"best_{k}": v for k, v in best.params.items()})
-        run.log_artifact(folder / "tune.json")
+        run.record(metrics={"best_value": best.value, "seconds": seconds},
+                   params={f"best_{k}": v for k, v in best.params.items()}, files={folder / "tune.json": None})
     return TuneResult(study=study_name, storage=clean_storage, metric=metric, best_trial=best.number,
                       best_value=best.value, best_params=best.params, trials=len(found.trials),
                       path=folder / "tune.json")
@@ -428,14 +410,8 @@ def evaluation_program(selection: Selection, *, backbone: str, program: str | No
     models:/ URI) with `shape`'s overrides, or a fresh `method`."""
     if program:
         built = load_program(program)
-        for name, value in (("max_rounds", shape.rounds), ("per_round", shape.per_round),
-                            ("max_evidence", shape.max_evidence)):
-            if value:
-                setattr(built, name, value)
-        if shape.shuffle_context is not None:
-            built.context_order_seed = shape.shuffle_context
-        shape.apply_scan(built)
-        setting, method = built.setting_name, method_of(built)
+        shape.apply(built)
+        setting, method = built.setting.name, method_of(built)
         if selection.setting and selection.setting != setting:
             raise ValueError(f"--setting {selection.setting} but the program {program} is for {setting}")
         return built, selection.model_copy(update={"setting": setting}), method
@@ -477,17 +453,12 @@ def evaluate_split(selection: Selection, *, lm: LMSource, backbone: str, program
                           config={"command": tracking.command_line, "program_path": program, "backbone": backbone,
                                   "split": selection.split})
         seconds = run.seconds()
-        run.log_scores(result)
-        run.log_metrics({"seconds": seconds})
-        if result.execution:
-            run.log_metrics({"execution_resolution": result.execution["rate"]})
-        run.log_metrics({"n_incomplete": result.n_incomplete, "n_skipped": result.n_skipped,
-                         **({"budget_spent_usd": result.budget["spent"]} if result.budget else {})})
-        run.log_usage(result.lm_usage)
-        for name in ("results.jsonl", "config.json", "summary.json"):
-            run.log_artifact(out_dir / name, "evaluation")
-        if program and Path(program).exists():
-            run.log_artifact(Path(program), "program")
+        run.record(scores={"": result}, usage=result.lm_usage,
+                   metrics={"seconds": seconds, "n_incomplete": result.n_incomplete, "n_skipped": result.n_skipped,
+                            **({"execution_resolution": result.execution["rate"]} if result.execution else {}),
+                            **({"budget_spent_usd": result.budget["spent"]} if result.budget else {})},
+                   files={**{out_dir / name: "evaluation" for name in ("results.jsonl", "config.json", "summary.json")},
+                          **({Path(program): "program"} if program else {})})
     return EvaluationRun(result=result, results_path=results, seconds=seconds, executed=execute is not None)
 
 

@@ -18,8 +18,16 @@ from pathlib import Path
 from typing import Any
 
 from dspy.clients.engines.base import validate_request
-from dspy.lm15 import (ContextLengthError, Message, Response, TextPart, TokenLogprob, TopLogprob, Usage,
-                       response_to_events)
+from dspy.lm15 import (
+    ContextLengthError,
+    Message,
+    Response,
+    TextPart,
+    TokenLogprob,
+    TopLogprob,
+    Usage,
+    response_to_events,
+)
 
 from tide_dspy.backbones import prompt_cache
 from tide_dspy.backbones.grammar import GrammarFilter
@@ -79,7 +87,9 @@ def shared_llama(path: Path, n_ctx: int, n_threads: int) -> _Shared:
             return shared
         llama_cpp = import_llama_cpp()
         if shared is not None:
-            log.warning("reloading %s with n_ctx=%d n_threads=%d (was %s)", path.name, n_ctx, n_threads, shared.settings)
+            log.warning(
+                "reloading %s with n_ctx=%d n_threads=%d (was %s)", path.name, n_ctx, n_threads, shared.settings
+            )
         t0 = time.perf_counter()
         llama = llama_cpp.Llama(model_path=key, n_ctx=n_ctx, n_threads=n_threads, n_threads_batch=n_threads,
                                 verbose=False)

@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+
 from tide_dspy.util.hashing import short_sha256
 
 log = logging.getLogger(__name__)

@@ -22,10 +22,18 @@ import dspy
 from dspy.clients.base_lm import LM_CLASS_STATE_KEY
 
 from tide_dspy.backbones.calls import ProviderLM, RetryPolicy
-from tide_dspy.backbones.providers import (ANTHROPIC_SONNET_45, DASHSCOPE_QWEN_36_FLASH, GEMINI_35_FLASH, LOCAL,
-                                          OPENAI_COMPATIBLE, OPENAI_GPT5_MINI, UNKNOWN, ProviderRules,
-                                          rules_for_model)
 from tide_dspy.backbones.llamacpp import DEFAULT_MAX_TOKENS, DEFAULT_N_CTX, LlamaCppEngine
+from tide_dspy.backbones.providers import (
+    ANTHROPIC_SONNET_45,
+    DASHSCOPE_QWEN_36_FLASH,
+    GEMINI_35_FLASH,
+    LOCAL,
+    OPENAI_COMPATIBLE,
+    OPENAI_GPT5_MINI,
+    UNKNOWN,
+    ProviderRules,
+    rules_for_model,
+)
 from tide_dspy.backbones.served import ServedEngine
 from tide_dspy.util.secrets import scrub_secrets, scrub_text
 

@@ -31,8 +31,19 @@ from urllib.parse import urlsplit, urlunsplit
 
 from dspy.clients._http import retry_after_seconds
 from dspy.clients.engines.base import validate_request
-from dspy.lm15 import (AuthError, ContextLengthError, InvalidRequestError, Message, RateLimitError, Response,
-                       ServerError, TextPart, TransportError, Usage, response_to_events)
+from dspy.lm15 import (
+    AuthError,
+    ContextLengthError,
+    InvalidRequestError,
+    Message,
+    RateLimitError,
+    Response,
+    ServerError,
+    TextPart,
+    TransportError,
+    Usage,
+    response_to_events,
+)
 from dspy.lm15 import TimeoutError as LMTimeoutError
 
 from tide_dspy.backbones.llamacpp import request_messages
@@ -183,7 +194,7 @@ class ServedEngine:
                 return json.loads(resp.read())
         except urllib.error.HTTPError as exc:
             raise self._http_error(exc, shown) from None
-        except socket.timeout:
+        except TimeoutError:
             raise LMTimeoutError(f"{shown}: no answer within {self.timeout:g}s", provider=PROVIDER) from None
         except (urllib.error.URLError, OSError) as exc:
             if isinstance(getattr(exc, "reason", None), socket.timeout):

@@ -1,6 +1,12 @@
-"""LM usage accounting from `lm.history`: calls, tokens (cached ones too) and cost since a bookmark, free of secrets."""
+"""LM usage accounting from the LMs' histories: calls, tokens (cached ones too) and cost since a bookmark, free of
+secrets; the cost of one entry; and the meter of every call the process makes (a compile's bound)."""
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tide_dspy.backbones.providers import Prices
 
 # The totals logged as MLflow metrics (per role: backbone_prompt_tokens, ...); lm_usage.json holds the same.
 USAGE_METRICS = ("calls", "prompt_tokens", "completion_tokens", "cached_prompt_tokens", "cache_write_tokens",
@@ -14,14 +20,55 @@ def usage_mark(lm) -> str | None:
 
 
 def entries_since(lm, mark: str | None) -> list[dict]:
-    """History entries newer than the entry with uuid `mark` (all of them if the mark has been evicted)."""
-    history = list(getattr(lm, "history", None) or [])
+    """The LM's history entries newer than the entry with uuid `mark` (all of them if the mark has been evicted)."""
+    return history_since(list(getattr(lm, "history", None) or []), mark)
+
+
+def history_since(history: list[dict], mark: str | None) -> list[dict]:
+    """The entries of a history (an LM's, or DSPy's global one) newer than the entry with uuid `mark`; all of them
+    when `mark` is None or has been evicted."""
     if mark is None:
         return history
     for i in range(len(history) - 1, -1, -1):
         if history[i].get("uuid") == mark:
             return history[i + 1:]
     return history
+
+
+def entry_cost(entry: dict, prices: Prices | None) -> float:
+    """USD of one LM history entry: what the provider reported, else its tokens at `prices` (else 0)."""
+    if entry.get("cost") is not None:
+        return float(entry["cost"])
+    if prices is None:
+        return 0.0
+    usage = entry.get("usage") or {}
+    prompt = usage.get("prompt_tokens", usage.get("input_tokens")) or 0
+    completion = usage.get("completion_tokens", usage.get("output_tokens")) or 0
+    return int(prompt) * prices.prompt / 1_000_000 + int(completion) * prices.completion / 1_000_000
+
+
+class Meter:
+    """LM calls and cost since it was made, over every LM of the process (copies included), cache hits left out.
+
+    It reads DSPy's global history incrementally, so its bound (10,000 entries) matters only between two reads."""
+
+    def __init__(self):
+        from dspy.clients.base_lm import GLOBAL_HISTORY
+
+        self._history = GLOBAL_HISTORY
+        self._last = GLOBAL_HISTORY[-1]["uuid"] if GLOBAL_HISTORY else None
+        self.calls, self.cost = 0, 0.0
+
+    def spent(self) -> tuple[int, float]:
+        """(calls, USD) since the meter was made."""
+        entries = list(self._history)
+        for entry in history_since(entries, self._last):
+            if not getattr(entry.get("response"), "cache_hit", False):
+                self.calls += 1
+                self.cost += entry_cost(entry, None)
+        if entries:
+            self._last = entries[-1].get("uuid")
+        return self.calls, round(self.cost, 6)
 
 
 def usage_tokens(entries: list[dict]) -> tuple[int | None, int | None]:

@@ -5,9 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from tide_dspy.backbones import LMOptions, get_lm, resolve
+from tide_dspy.backbones import LMOptions, add_lm_options, get_lm, resolve
 from tide_dspy.backbones.preflight import check_lm
-from tide_dspy.cli.common import add_lm_options
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

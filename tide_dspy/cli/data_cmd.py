@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from tide_dspy.cli.common import add_lm_options, count, positive_int
-from tide_dspy.schemas import SETTING_NAMES
+from tide_dspy.backbones import add_lm_options
+from tide_dspy.domains import SETTING_NAMES
+from tide_dspy.util.argtypes import count, positive_int
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -5,9 +5,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from tide_dspy.backbones import LMOptions, lm_from_options
-from tide_dspy.cli.common import (add_cost_options, add_lm_options, add_sandbox_options, check_output_folder,
-                                  positive_float, positive_int, sandbox_options)
+from tide_dspy.backbones import LMOptions, add_lm_options, lm_from_options
+from tide_dspy.budget import add_cost_options
+from tide_dspy.cli.common import add_sandbox_options, check_output_folder, sandbox_options
+from tide_dspy.util.argtypes import positive_float, positive_int
 from tide_dspy.util.safe_write import OutLock
 
 
@@ -15,10 +16,15 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--program", default=None,
                         help="a saved program (JSON or models:/ URI); default: programs/<setting>/<backbone>/tide.json "
                              "if shipped, else the plain TIDE module")
-    parser.add_argument("--templates", default=None,
-                        help="a template library JSON; default: programs/<setting>/<backbone>/templates.json if shipped")
+    parser.add_argument(
+        "--templates",
+        default=None,
+        help="a template library JSON; default: programs/<setting>/<backbone>/templates.json if shipped",
+    )
     parser.add_argument("--rounds", type=positive_int, default=None, help="discovery rounds T (default: the program's)")
-    parser.add_argument("--per-round", type=positive_int, default=None, help="new findings per round k (default: the program's)")
+    parser.add_argument(
+        "--per-round", type=positive_int, default=None, help="new findings per round k (default: the program's)"
+    )
     parser.add_argument("--max-context-tokens", type=positive_int, default=None,
                         help="context window to plan for (default: the backbone's n_ctx, else 32768)")
     scan = parser.add_mutually_exclusive_group()
@@ -62,8 +68,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     ws = sub.add_parser("workspace", help="find hidden problems in a folder of .eml/.mbox/.ics/.md/.txt/.csv files")
     ws.add_argument("dir", help="the workspace folder")
-    ws.add_argument("--profile", default=None, help="profile.yaml: who the person is (full_name, occupation, about, today, ...)")
-    ws.add_argument("--actions", default=None, help="actions.yaml: the action library (default: one action per PROBE type)")
+    ws.add_argument(
+        "--profile", default=None, help="profile.yaml: who the person is (full_name, occupation, about, today, ...)"
+    )
+    ws.add_argument(
+        "--actions", default=None, help="actions.yaml: the action library (default: one action per PROBE type)"
+    )
     ws.add_argument("--exclude", action="append", default=[], metavar="GLOB",
                     help="skip these files (glob on paths relative to DIR, or a folder); repeatable")
     _add_run_options(ws)
@@ -94,9 +104,17 @@ def _common(args: argparse.Namespace, tree: str) -> dict:
     check_output_folder(args.out)
     if not args.out_inside:
         refuse_inside(args.out, tree)
-    return dict(lm=lm_from_options(LMOptions.from_namespace(args)), backbone=args.backbone, program=args.program, templates=args.templates,
-                rounds=args.rounds, per_round=args.per_round, max_context_tokens=args.max_context_tokens,
-                scan=scan_focus(args), progress=print_line)
+    return dict(
+        lm=lm_from_options(LMOptions.from_namespace(args)),
+        backbone=args.backbone,
+        program=args.program,
+        templates=args.templates,
+        rounds=args.rounds,
+        per_round=args.per_round,
+        max_context_tokens=args.max_context_tokens,
+        scan=scan_focus(args),
+        progress=print_line,
+    )
 
 
 def out_lock(out: str) -> OutLock:

@@ -37,8 +37,8 @@ class SafeFormatter(logging.Formatter):
     its arguments and any traceback (they can hold model text, a gateway's echo of a key, a checkout's file names)."""
 
     def format(self, record: logging.LogRecord) -> str:
-        from tide_dspy.util.text import printable
         from tide_dspy.util.secrets import scrub_text
+        from tide_dspy.util.text import printable
 
         return printable(scrub_text(super().format(record)), keep_newlines=True)
 
@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
 
         print(f"tide: error: {terminal_line(exc)}", file=sys.stderr)
         return 2
-    except Exception:
+    except Exception:  # noqa: BLE001 - the last handler: any failure becomes a scrubbed message and exit 1
         # An unexpected error keeps its traceback, shown as the log is: scrubbed, control characters escaped.
         import traceback
 

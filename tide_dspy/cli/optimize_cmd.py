@@ -12,11 +12,21 @@ import sys
 
 from tide_dspy import workflows
 from tide_dspy.backbones import LMOptions, lm_from_options
-from tide_dspy.cli.common import (add_cost_options, add_data_options, add_output_options, add_program_options,
-                                  add_sandbox_options, add_split_options, add_workers_option, check_output_folder,
-                                  command_line, cost_limits, count, percentage, positive_float, positive_int,
-                                  sandbox_options)
+from tide_dspy.budget import Limits, add_cost_options
+from tide_dspy.cli.common import (
+    add_data_options,
+    add_output_options,
+    add_program_options,
+    add_sandbox_options,
+    add_split_options,
+    add_workers_option,
+    check_output_folder,
+    command_line,
+    sandbox_options,
+)
+from tide_dspy.data.selection import Selection
 from tide_dspy.evaluation import format_table
+from tide_dspy.util.argtypes import count, percentage, positive_float, positive_int
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -71,7 +81,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     t.add_argument("--program", default=None, help="start each trial from this program's instructions (default: "
                                                    "programs/<setting>/<backbone>/tide.json when it exists)")
     add_workers_option(t, "validation instances of a trial")
-    t.add_argument("--trials", type=positive_int, required=True, help="trials to run now (the study resumes across runs)")
+    t.add_argument(
+        "--trials", type=positive_int, required=True, help="trials to run now (the study resumes across runs)"
+    )
     t.add_argument("--storage", default="sqlite:///optuna.db",
                    help="Optuna storage URL (open it with optuna-dashboard). Several `tide tune` processes, on one "
                         "machine or many, share a study through an RDB URL such as postgresql://user@host/db "
@@ -102,8 +114,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "its tests run; each gold problem's fail_to_pass/pass_to_pass tests run at anchor_commit "
                         "with the matched finding's patch, in a temporary copy inside a bubblewrap sandbox (this "
                         "EXECUTES the repository's code and the model's patches; see docs/safety.md)")
-    e.add_argument("--verify-command", default=None, metavar="CMD",
-                   help="pytest command the node ids are appended to (default: python -m pytest -q -p no:cacheprovider)")
+    e.add_argument(
+        "--verify-command",
+        default=None,
+        metavar="CMD",
+        help="pytest command the node ids are appended to (default: python -m pytest -q -p no:cacheprovider)",
+    )
     e.add_argument("--verify-timeout", type=positive_float, default=None, metavar="S",
                    help="seconds per test run (default 120)")
     add_sandbox_options(e, "--verify-repo")
@@ -114,9 +130,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 # ---- options -> library calls ----
 
-def _selection(args: argparse.Namespace) -> workflows.Selection:
+def _selection(args: argparse.Namespace) -> Selection:
     ids = [i.strip() for i in args.ids.split(",") if i.strip()] if args.ids else None
-    return workflows.Selection(setting=args.setting, split=args.split, data=args.data, ids=ids,
+    return Selection(setting=args.setting, split=args.split, data=args.data, ids=ids,
                                max_context_tokens=args.max_context_tokens, limit=args.limit,
                                skip_invalid=args.skip_invalid)
 
@@ -125,15 +141,19 @@ def _common(args: argparse.Namespace) -> dict:
     """The options every step takes: its instances, its LM (made once the inputs check out), where it writes and
     how it is tracked."""
     options = LMOptions.from_namespace(args)
-    return dict(lm=lambda: lm_from_options(options), backbone=args.backbone, judge=options.judge_spec(args.judge), programs=args.programs,
-                tracking=workflows.Tracking(enabled=not args.no_track, uri=args.tracking_uri,
-                                            command_line=command_line(args)))
+    return dict(
+        lm=lambda: lm_from_options(options),
+        backbone=args.backbone,
+        judge=options.judge_spec(args.judge),
+        programs=args.programs,
+        tracking=workflows.Tracking(enabled=not args.no_track, uri=args.tracking_uri, command_line=command_line(args)),
+    )
 
 
 def _estimating(args: argparse.Namespace) -> dict:
     """The options an estimate takes: the LM (built, never called), backbone, judge, programs and prices."""
     return dict(lm=lambda: lm_from_options(LMOptions.from_namespace(args)), backbone=args.backbone, judge=args.judge,
-                programs=args.programs, limits=cost_limits(args))
+                programs=args.programs, limits=Limits.from_namespace(args))
 
 
 def print_estimate(estimate) -> int:
@@ -229,7 +249,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
     r = workflows.evaluate_split(
         _selection(args), program=args.program, method=args.method, shape=_shape(args), templates=args.templates,
         demos=args.demos, workers=args.workers, out=args.out, resume=args.resume, fresh=args.fresh,
-        verification=verification, check_out=check_output_folder, limits=cost_limits(args), **_common(args))
+        verification=verification, check_out=check_output_folder, limits=Limits.from_namespace(args), **_common(args))
     print(format_table(r.result))
     if r.executed:
         print(execution_line(r.result))

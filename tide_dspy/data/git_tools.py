@@ -13,7 +13,6 @@ import subprocess
 import tarfile
 import tempfile
 from datetime import UTC, datetime
-from functools import cache
 from pathlib import Path
 
 from tide_dspy.util.diffs import hunks
@@ -33,18 +32,22 @@ class GitClone:
         self.path = Path(path)
         if not self.path.is_dir() or _git(["rev-parse", "--git-dir"], cwd=self.path, check=False).returncode != 0:
             raise FileNotFoundError(f"{self.path}: not a git repository; pass a local clone with --repo")
+        self._has_commit: dict[str, bool] = {}  # per clone: a clone's commits do not change while it is read
+        self._commit_time: dict[str, int] = {}
 
     def git(self, *args: str, input: bytes | None = None) -> bytes:
         return _git(list(args), cwd=self.path, input=input).stdout
 
-    @cache
     def has_commit(self, sha: str) -> bool:
-        return _git(["cat-file", "-e", "--end-of-options", f"{sha}^{{commit}}"], cwd=self.path,
-                    check=False).returncode == 0
+        if sha not in self._has_commit:
+            self._has_commit[sha] = _git(["cat-file", "-e", "--end-of-options", f"{sha}^{{commit}}"], cwd=self.path,
+                                         check=False).returncode == 0
+        return self._has_commit[sha]
 
-    @cache
     def commit_time(self, sha: str) -> int:
-        return int(self.git("log", "-1", "--format=%ct", "--end-of-options", sha, "--"))
+        if sha not in self._commit_time:
+            self._commit_time[sha] = int(self.git("log", "-1", "--format=%ct", "--end-of-options", sha, "--"))
+        return self._commit_time[sha]
 
     def commit_date(self, sha: str) -> str:
         return datetime.fromtimestamp(self.commit_time(sha), UTC).isoformat()

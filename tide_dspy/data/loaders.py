@@ -13,7 +13,8 @@ import datasets
 import dspy
 
 from tide_dspy.data.records import describe_record_error, instance_from_record
-from tide_dspy.schemas import SETTING_NAMES, Instance
+from tide_dspy.domains import SETTING_NAMES
+from tide_dspy.schemas import Instance
 from tide_dspy.util.hashing import short_sha256
 
 logger = logging.getLogger(__name__)

@@ -1,4 +1,5 @@
-"""Conversion between the benchmark's JSONL record formats and `Instance`.
+"""Reading the benchmark's JSONL records as `Instance`s: which setting a record belongs to, and its errors in the
+record's own terms. Each Setting converts the records of its own format (`Setting.from_record`).
 
 Everything is validated by pydantic in one `Instance.model_validate` call, so a bad record raises a
 `pydantic.ValidationError` whose locations name the offending field (see `describe_record_error`).
@@ -10,24 +11,22 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from tide_dspy.domains import REPOSITORY, WORKSPACE
+from tide_dspy.domains import SETTINGS, get_setting
 from tide_dspy.schemas import Instance
-
-REPOSITORY_PROBLEM_KEYS = ("problem_id", "description", "evidence", "patch")
-CANDIDATE_KEYS = ("path", "qualname", "start_line", "end_line", "code")
-WORKSPACE_KEYS = ("instance_id", "split", "profile", "actions", "artifacts", "problems")
-REPOSITORY_KEYS = ("instance_id", "split", "repo", "anchor_commit", "problems")
-REPOSITORY_META_KEYS = ("anchor_date", "num_problems", "num_candidates", "num_buggy_functions")
 
 
 def detect_setting(record: dict[str, Any]) -> str:
+    """The setting a record names, else the one whose artifact field (Setting.record_key) it has."""
     if "setting" in record:
         return record["setting"]
-    if "candidates" in record:
-        return REPOSITORY.name
-    if "artifacts" in record:
-        return WORKSPACE.name
-    raise ValueError("cannot tell the setting: the record has neither 'candidates' (repository) nor 'artifacts' (workspace)")
+    marked = [s.name for s in SETTINGS.values() if s.record_key in record]
+    if len(marked) == 1:
+        return marked[0]
+    keys = " nor ".join(f"{s.record_key!r} ({s.name})" for s in SETTINGS.values())
+    if not marked:
+        raise ValueError(f"cannot tell the setting: the record has neither {keys}")
+    raise ValueError(f"cannot tell the setting: the record has {' and '.join(map(repr, marked))} fields of "
+                     f"{len(marked)} settings")
 
 
 def instance_from_record(record: dict[str, Any], setting: str | None = None) -> Instance:
@@ -38,53 +37,24 @@ def instance_from_record(record: dict[str, Any], setting: str | None = None) -> 
     if not isinstance(record, dict):
         raise ValueError(f"expected a JSON object, got {type(record).__name__}")
     detected = detect_setting(record) if setting is None else setting
-    if setting is not None and ("setting" in record or "candidates" in record or "artifacts" in record):
+    if setting is not None and ("setting" in record or any(s.record_key in record for s in SETTINGS.values())):
         if (found := detect_setting(record)) != setting:
             raise ValueError(f"this is a {found} record, but the {setting} setting was asked; "
                              f"pass the right setting or leave it out to detect it")
-    setting = detected
+    domain = get_setting(detected)  # an unknown name is refused here
     if "setting" in record:  # already in our format (Instance.model_dump)
         return Instance.model_validate(record)
-    if setting == WORKSPACE.name:
-        return Instance.model_validate({"setting": WORKSPACE.name, **_present(record, WORKSPACE_KEYS)})
-    return Instance.model_validate({
-        "setting": REPOSITORY.name,
-        **_present(record, REPOSITORY_KEYS),
-        "artifacts": [_candidate_artifact(i, c) for i, c in enumerate(_list(record, "candidates"))],
-        "meta": _present(record, REPOSITORY_META_KEYS),
-    })
-
-
-def _present(record: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
-    """The keys the record has; missing required ones are then reported by pydantic as 'Field required'."""
-    return {k: record[k] for k in keys if k in record}
-
-
-def _list(record: dict[str, Any], key: str) -> list[Any]:
-    if key not in record:
-        raise ValueError(f"{key}: Field required (add it)")
-    value = record[key]
-    if not isinstance(value, list):
-        raise ValueError(f"{key}: expected a list, got {type(value).__name__}")
-    return value
-
-
-def _candidate_artifact(index: int, candidate: Any) -> dict[str, Any]:
-    if not isinstance(candidate, dict):
-        raise ValueError(f"candidates[{index}]: expected an object, got {type(candidate).__name__}")
-    missing = [k for k in ("id", *CANDIDATE_KEYS) if k not in candidate]
-    if missing:
-        raise ValueError(f"candidates[{index}]: missing field(s) {', '.join(missing)}")
-    return {"id": candidate["id"], "kind": "function", "payload": {k: candidate[k] for k in CANDIDATE_KEYS}}
+    return domain.from_record(record)
 
 
 def describe_record_error(exc: Exception, record: Any = None) -> str:
     """One line per problem, each starting with the field path (e.g. 'problems[1].evidence: ...').
 
-    Repository records store their functions under 'candidates', which become the Instance's 'artifacts'
-    index for index, so the path is given in the record's own terms.
+    A record stores its artifacts under its setting's record_key (a repository record's functions are its
+    'candidates'), which become the Instance's 'artifacts' index for index, so the path is given in the record's
+    own terms.
     """
-    rename = isinstance(record, dict) and "candidates" in record and "setting" not in record
+    key = _record_key(record)
     if isinstance(exc, ValidationError):
         lines = []
         for err in exc.errors(include_url=False):
@@ -95,9 +65,19 @@ def describe_record_error(exc: Exception, record: Any = None) -> str:
             lines.append(f"{where}: {message}" if where else message)
     else:
         lines = [str(exc)]
-    if rename:
-        lines = [("candidates" + ln[len("artifacts"):]) if ln.startswith("artifacts[") else ln for ln in lines]
+    if key != "artifacts":
+        lines = [(key + ln[len("artifacts"):]) if ln.startswith("artifacts[") else ln for ln in lines]
     return "; ".join(lines)
+
+
+def _record_key(record: Any) -> str:
+    """Where the record keeps its artifacts ('artifacts' in our own format or when the setting is unknown)."""
+    if not isinstance(record, dict) or "setting" in record:
+        return "artifacts"
+    try:
+        return get_setting(detect_setting(record)).record_key
+    except ValueError:
+        return "artifacts"
 
 
 def _loc_path(loc: tuple[Any, ...]) -> str:

@@ -24,10 +24,10 @@ from typing import Any
 
 from tide_dspy.data.candidates import file_candidates, read_source
 from tide_dspy.data.git_tools import GitClone, changed_old_lines
-from tide_dspy.util.diffs import touched_paths
 from tide_dspy.data.loaders import jsonl_lines, load_instances
 from tide_dspy.domains import REPOSITORY
 from tide_dspy.schemas import Artifact
+from tide_dspy.util.diffs import touched_paths
 from tide_dspy.util.safe_write import append_text, write_text
 
 logger = logging.getLogger(__name__)

@@ -36,13 +36,6 @@ from tide_dspy.util.safe_write import append_text, write_text
 
 logger = logging.getLogger(__name__)
 
-# The action types used by the shared workspace set (a subset of PROBE's 20).
-ACTION_TYPES = (
-    "cancel_meeting", "conduct_review", "create_meeting_agenda", "create_task", "delegate_task",
-    "escalate_to_manager", "make_phone_call", "provide_feedback", "request_access", "request_approval",
-    "reschedule_meeting", "schedule_meeting", "send_email", "send_slack_message", "share_document",
-    "update_document", "update_project_plan", "update_task_status",
-)
 RELATIONSHIP_TYPES = ("colleague", "manager", "direct_report", "client", "stakeholder", "vendor", "mentor", "mentee",
                       "cross_functional_partner")
 ROLE_HINTS = (
@@ -89,7 +82,7 @@ class BottleneckDraft(BaseModel):
 
 
 class ActionDraft(BaseModel):
-    type: str = Field(description="one of: " + ", ".join(ACTION_TYPES))
+    type: str = Field(description="one of: " + ", ".join(sorted(WORKSPACE.action_types)))
     description: str = Field(description="what the action does, phrased generally")
     constraints: list[str] = Field(default_factory=list)
     required_parameters: list[str]

@@ -126,7 +126,9 @@ def feedback_text(score: InstanceScore, gold, findings, component: str = "retrie
     ]
     for i in score.unmatched_gold:
         g = gold[i]
-        lines.append(f"Missed gold problem {g.problem_id} (evidence {', '.join(g.evidence)}): {_snippet(g.description)}")
+        lines.append(
+            f"Missed gold problem {g.problem_id} (evidence {', '.join(g.evidence)}): {_snippet(g.description)}"
+        )
     for j in score.spurious_findings:
         f = findings[j]
         lines.append(
@@ -147,7 +149,9 @@ def feedback_text(score: InstanceScore, gold, findings, component: str = "retrie
         notes = []
         if p.retrieval < 1:
             missing, extra = sorted(set(g.evidence) - set(f.evidence)), sorted(set(f.evidence) - set(g.evidence))
-            notes.append(f"retrieval {p.retrieval:.2f}, missing evidence {missing or '-'}, extra evidence {extra or '-'}")
+            notes.append(
+                f"retrieval {p.retrieval:.2f}, missing evidence {missing or '-'}, extra evidence {extra or '-'}"
+            )
         for c in JUDGED_COMPONENTS:
             judged = getattr(p, c)
             if score.judge_label != NO_JUDGE_LABEL and (judged is None or judged < 1):

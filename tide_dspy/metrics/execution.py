@@ -22,10 +22,20 @@ from pathlib import Path
 
 from tide_dspy.data.git_tools import GitClone, Snapshot
 from tide_dspy.metrics.scoring import as_findings, match
-from tide_dspy.sandbox import (DEFAULT_RUN_TIMEOUT, Sandbox, SandboxOptions, TestRun, is_pytest, nodeid_key,
-                               parse_command, patch_concerns, require_executable, run_tests)
-from tide_dspy.util.diffs import patch_files
+from tide_dspy.sandbox import (
+    DEFAULT_RUN_TIMEOUT,
+    Sandbox,
+    SandboxOptions,
+    TestRun,
+    is_pytest,
+    nodeid_key,
+    parse_command,
+    patch_concerns,
+    require_executable,
+    run_tests,
+)
 from tide_dspy.schemas import Finding, GoldProblem, Instance
+from tide_dspy.util.diffs import patch_files
 
 RESOLVED = "resolved"
 UNRESOLVED = "unresolved"

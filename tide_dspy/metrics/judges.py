@@ -13,7 +13,7 @@ import logging
 import dspy
 from rapidfuzz import fuzz
 
-from tide_dspy.domains import WORKSPACE, Setting, get_setting
+from tide_dspy.domains import Setting, get_setting
 from tide_dspy.metrics.scoring import NO_JUDGE_LABEL
 from tide_dspy.retry import call_with_retries
 from tide_dspy.schemas import ChosenAction, Finding, GoldProblem
@@ -83,7 +83,7 @@ class LLMJudge(dspy.Module):
         logger.warning("judge %s failed after %d attempts: %s", self.label, self.max_attempts, error[:300])
         return None, f"judge failed after {self.max_attempts} attempts: {error[:500]}", True
 
-    def forward(self, gold: GoldProblem, finding: Finding, setting: str | Setting = WORKSPACE.name) -> dspy.Prediction:
+    def forward(self, gold: GoldProblem, finding: Finding, setting: str | Setting) -> dspy.Prediction:
         setting = get_setting(setting)
         # trace=None keeps judge calls out of the program's trace (GEPA and bootstrapping read it).
         with dspy.context(lm=self.lm, trace=None):
@@ -122,7 +122,7 @@ class ProxyJudge:
 
     label = PROXY_LABEL
 
-    def __call__(self, gold: GoldProblem, finding: Finding, setting: str | Setting = WORKSPACE.name) -> dspy.Prediction:
+    def __call__(self, gold: GoldProblem, finding: Finding, setting: str | Setting) -> dspy.Prediction:
         setting = get_setting(setting)
         ident = fuzz.token_set_ratio(gold.description, finding.description) / 100
         ident_why = f"{PROXY_LABEL} proxy: token-set similarity of the descriptions = {ident:.2f}"

@@ -13,8 +13,8 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, Field, ValidationError
 
-from tide_dspy.domains import setting_of_gold
-from tide_dspy.schemas import SETTING_NAMES, Finding, GoldProblem, Instance
+from tide_dspy.domains import Setting, get_setting, setting_of_gold
+from tide_dspy.schemas import Finding, GoldProblem, Instance
 from tide_dspy.util.diffs import looks_like_diff
 
 COMPONENTS = ("retrieval", "identification", "resolution")
@@ -34,7 +34,7 @@ class Judge(Protocol):
 
     label: str
 
-    def __call__(self, gold: GoldProblem, finding: Finding, setting: str) -> Any: ...
+    def __call__(self, gold: GoldProblem, finding: Finding, setting: Setting) -> Any: ...
 
 
 def retrieval_overlap(pred_ids, gold_ids, kind: OverlapKind = "f1") -> float:
@@ -85,7 +85,9 @@ def as_gold_problems(gold) -> list[GoldProblem]:
         try:
             problems.append(GoldProblem.model_validate({"problem_id": f"gold-{i + 1}", **_resolution_fields(g)}))
         except ValidationError as e:
-            raise ValueError(f"gold[{i}]: not a gold problem (needs description, evidence, action or patch): {e}") from None
+            raise ValueError(
+                f"gold[{i}]: not a gold problem (needs description, evidence, action or patch): {e}"
+            ) from None
     return problems
 
 
@@ -103,18 +105,15 @@ def as_findings(findings) -> list[Finding]:
         try:
             out.append(Finding.model_validate(_resolution_fields(f)))
         except ValidationError as e:
-            raise ValueError(f"findings[{j}]: not a finding (needs description, evidence, action or patch): {e}") from None
+            raise ValueError(
+                f"findings[{j}]: not a finding (needs description, evidence, action or patch): {e}"
+            ) from None
     return out
 
 
-def setting_name(setting, gold: list[GoldProblem]) -> str:
-    """The setting's name, from a name, a Setting object, or (when None) the gold (domains.setting_of_gold)."""
-    if setting is None:
-        return setting_of_gold(gold).name
-    name = getattr(setting, "name", setting)
-    if name not in SETTING_NAMES:
-        raise ValueError(f"unknown setting {setting!r}; choose one of {list(SETTING_NAMES)}")
-    return name
+def setting_of(setting: str | Setting | None, gold: list[GoldProblem]) -> Setting:
+    """The Setting of a name or a Setting, or (when None) of the gold (domains.setting_of_gold)."""
+    return setting_of_gold(gold) if setting is None else get_setting(setting)
 
 
 # ---- matching ----
@@ -203,7 +202,9 @@ def _judge_pairs(keys, gold, findings, matching, judge, setting) -> tuple[dict[t
     for i, j in keys:
         if (i, j) in pairs:
             continue
-        record = PairRecord(gold_index=i, finding_index=j, problem_id=gold[i].problem_id, retrieval=matching.retrieval[i][j])
+        record = PairRecord(
+            gold_index=i, finding_index=j, problem_id=gold[i].problem_id, retrieval=matching.retrieval[i][j]
+        )
         if judge is not None:
             verdict = judge(gold[i], findings[j], setting)
             record.identification = getattr(verdict, "identification", None)
@@ -215,11 +216,13 @@ def _judge_pairs(keys, gold, findings, matching, judge, setting) -> tuple[dict[t
     return pairs, failures
 
 
-def score_instance(gold, findings, judge: Judge | None = None, overlap: OverlapKind = "f1", setting=None) -> InstanceScore:
+def score_instance(
+    gold, findings, judge: Judge | None = None, overlap: OverlapKind = "f1", setting=None
+) -> InstanceScore:
     """Score one instance's findings against its gold problems (see the module docstring for the matching)."""
     gold = as_gold_problems(gold)
     findings = as_findings(findings)
-    setting = setting_name(setting, gold)
+    setting = setting_of(setting, gold)
     matching = match(gold, findings, overlap)
 
     coverage_keys = [(i, j) for i, j in enumerate(matching.gold_best) if j is not None]

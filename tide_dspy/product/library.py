@@ -1,7 +1,7 @@
 """The profile and action library of a user's workspace: read from YAML, or the defaults when none is given.
 
-The default library offers one generic action per PROBE action type, with the required parameters that type
-carries in the shared workspace data (the paper does not list the types; these are the 18 the data uses).
+The default library offers one generic action per action type of the workspace setting
+(`WorkspaceSetting.action_types`), with the required parameters that type carries in the shared data.
 """
 
 from __future__ import annotations
@@ -12,41 +12,17 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from tide_dspy.util.jsonio import read_yaml_file
+from tide_dspy.domains import WORKSPACE
 from tide_dspy.schemas import Action
 from tide_dspy.util.hashing import short_sha256
-
-# type -> (description, required parameters)
-PROBE_ACTION_TYPES: dict[str, tuple[str, list[str]]] = {
-    "send_email": ("Send an email to the people who need to know or act.", ["recipients", "subject", "body"]),
-    "send_slack_message": ("Post a chat message to a person or channel.", ["channel", "message"]),
-    "make_phone_call": ("Call someone to resolve an urgent point.", ["contact", "purpose", "talking_points"]),
-    "schedule_meeting": ("Schedule a new meeting.", ["attendees", "date", "time", "agenda", "location"]),
-    "reschedule_meeting": ("Move an existing meeting.", ["meeting", "new_date", "new_time", "reason"]),
-    "cancel_meeting": ("Cancel a meeting and tell its attendees.", ["meeting", "reason", "notify_attendees"]),
-    "create_meeting_agenda": ("Write the agenda of an upcoming meeting.", ["meeting", "agenda_items", "pre_reads"]),
-    "request_access": ("Request access to a system, folder or resource.", ["system", "access_level", "justification"]),
-    "request_approval": ("Ask an approver to approve or sign something.", ["approver", "item", "needed_by", "justification"]),
-    "escalate_to_manager": ("Escalate a blocked issue to a manager.",
-                            ["original_recipient", "escalation_recipient", "urgency_level", "business_impact",
-                             "attempted_contacts"]),
-    "delegate_task": ("Hand a task to someone else.", ["assignee", "task_description", "deadline", "priority_level"]),
-    "create_task": ("Create a task to track follow-up work.", ["title", "assignee", "due_date", "description"]),
-    "update_task_status": ("Update the status of a ticket or task.", ["ticket_id", "new_status", "comment"]),
-    "update_document": ("Correct or update a document.", ["document_id", "change_summary", "new_content"]),
-    "share_document": ("Share a document with the people who need it.", ["document_id", "recipients", "message"]),
-    "update_project_plan": ("Change a project plan and tell those affected.", ["plan_id", "changes", "rationale", "notify"]),
-    "conduct_review": ("Review a document or change and record the outcome.",
-                       ["document_id", "review_criteria", "feedback_type", "approval_status"]),
-    "provide_feedback": ("Give written feedback on a piece of work.", ["recipient", "feedback", "examples"]),
-}
+from tide_dspy.util.jsonio import read_yaml_file
 
 DEFAULT_PROFILE_NOTE = "No profile was given: infer the person's role and priorities from the workspace itself."
 
 
 def default_actions() -> list[Action]:
     return [Action(id=f"act_{t}", type=t, description=d, required_parameters=list(p))
-            for t, (d, p) in PROBE_ACTION_TYPES.items()]
+            for t, (d, p) in WORKSPACE.action_types.items()]
 
 
 def load_actions(path: str | Path) -> list[Action]:

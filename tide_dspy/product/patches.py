@@ -58,4 +58,6 @@ class PatchChecker:
         if out.returncode == 0:
             return PatchCheck(APPLIES)
         reason = " ".join(line.strip() for line in (out.stderr or out.stdout).splitlines() if line.strip())
-        return PatchCheck(DOES_NOT_APPLY, reason.replace(str(patch_file), "<patch>")[:500] or f"git apply exited {out.returncode}")
+        return PatchCheck(
+            DOES_NOT_APPLY, reason.replace(str(patch_file), "<patch>")[:500] or f"git apply exited {out.returncode}"
+        )

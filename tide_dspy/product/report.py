@@ -53,11 +53,7 @@ def evidence_label(result: DiscoverResult, artifact_id: str) -> str:
     a = result.artifact(artifact_id)
     if a is None:
         return artifact_id
-    if a.kind == "function":
-        p = a.payload
-        return f"{p.get('path')}:{p.get('start_line')}-{p.get('end_line')} ({artifact_id})"
-    source = result.sources.get(artifact_id)
-    return f"{artifact_id} {a.kind} \"{a.title}\"" + (f" ({source})" if source else "")
+    return get_setting(result.setting).evidence_label(a, result.sources.get(artifact_id))
 
 
 def template_label(result: DiscoverResult, f: Finding) -> str:
@@ -255,10 +251,20 @@ def render_markdown(result: DiscoverResult) -> str:
         if v.flags:
             out += [f"Flags: {md_text(', '.join(v.flags))}", ""]
     if result.skipped:
-        out += ["## Skipped inputs", "", *[f"- {md_text(s['path'])}: {md_text(s['reason'])}" for s in result.skipped], ""]
+        out += [
+            "## Skipped inputs",
+            "",
+            *[f"- {md_text(s['path'])}: {md_text(s['reason'])}" for s in result.skipped],
+            "",
+        ]
     failed = failed_round_lines(result)
     if failed:
-        out += [f"## Failed rounds ({len(failed)} of {len(result.rounds)})", "", *[f"- {md_text(x)}" for x in failed], ""]
+        out += [
+            f"## Failed rounds ({len(failed)} of {len(result.rounds)})",
+            "",
+            *[f"- {md_text(x)}" for x in failed],
+            "",
+        ]
     if result.scans:
         out += ["## Scan: the most suspect artifacts", "", *md_table(SCAN_COLUMNS, scan_rows(result)), ""]
     out += ["## Rounds", "", *md_table(ROUND_COLUMNS, round_rows(result))]
@@ -283,7 +289,10 @@ CSP = "default-src 'none'; style-src 'unsafe-inline'"
 
 def render_html(result: DiscoverResult) -> str:
     e = html_text
-    body = [f"<h1>TIDE discover report: {e(result.target)}</h1>", *[f"<p>{e(line)}</p>" for line in header_lines(result)]]
+    body = [
+        f"<h1>TIDE discover report: {e(result.target)}</h1>",
+        *[f"<p>{e(line)}</p>" for line in header_lines(result)],
+    ]
     if result.notes:
         body.append("<ul>" + "".join(f"<li>{e(n)}</li>" for n in result.notes) + "</ul>")
     if not result.findings:
@@ -316,9 +325,11 @@ def render_html(result: DiscoverResult) -> str:
     if result.scans:
         body.append(html_table("Scan: the most suspect artifacts", SCAN_COLUMNS, scan_rows(result)))
     body.append(html_table("Rounds", ROUND_COLUMNS, round_rows(result)))
-    return (f"<!doctype html><html><head><meta charset='utf-8'>"
-            f"<meta http-equiv='Content-Security-Policy' content=\"{CSP}\"><title>TIDE report: {e(result.target)}</title>"
-            f"<style>{CSS}</style></head><body>{''.join(body)}</body></html>\n")
+    return (
+        f"<!doctype html><html><head><meta charset='utf-8'>"
+        f"<meta http-equiv='Content-Security-Policy' content=\"{CSP}\"><title>TIDE report: {e(result.target)}</title>"
+        f"<style>{CSS}</style></head><body>{''.join(body)}</body></html>\n"
+    )
 
 
 def findings_payload(result: DiscoverResult) -> dict:

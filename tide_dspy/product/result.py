@@ -93,10 +93,16 @@ class DiscoverResult:
     def summary_line(self) -> str:
         s = self.summary()
         tokens = "n/a" if s["input_tokens"] is None else f"{s['input_tokens']} in / {s['output_tokens'] or 0} out"
-        patches = f", {s['patches_apply']}/{s['patches_checked']} patches apply" if get_setting(self.setting).checks_patches else ""
+        patches = (
+            f", {s['patches_apply']}/{s['patches_checked']} patches apply"
+            if get_setting(self.setting).checks_patches
+            else ""
+        )
         if self.verify:
             patches += f", {s['patches_verified_fix']}/{s['patches_run']} tested patches fix a test"
         failed = f" ({s['failed_rounds']} FAILED)" if s["failed_rounds"] else ""
         scan = f" ({s['scan_lm_calls']} of them the scan)" if self.scans else ""
-        return (f"{s['findings']} finding{'' if s['findings'] == 1 else 's'}{patches} | {s['rounds']} rounds{failed} over "
-                f"{s['windows']} window(s) | {s['lm_calls']} LM calls{scan} | tokens {tokens} | {s['seconds']} s")
+        return (
+            f"{s['findings']} finding{'' if s['findings'] == 1 else 's'}{patches} | {s['rounds']} rounds{failed} over "
+            f"{s['windows']} window(s) | {s['lm_calls']} LM calls{scan} | tokens {tokens} | {s['seconds']} s"
+        )

@@ -19,19 +19,19 @@ from tide_dspy.backbones import lm_context
 from tide_dspy.data import estimate_tokens
 from tide_dspy.data.candidates import parse_candidates, scan_python_files
 from tide_dspy.data.safe_files import FileScan, matches_any
+from tide_dspy.discovery import DiscoveryProgram, DiscoveryState
+from tide_dspy.domains import REPOSITORY, WORKSPACE, Setting, get_setting
 from tide_dspy.product import library, windows
 from tide_dspy.product.ingest import ingest_workspace
 from tide_dspy.product.patches import DOES_NOT_APPLY, PatchChecker
-from tide_dspy.util.git import git_toplevel, head_sha, resolve_commit, run_git
 from tide_dspy.product.result import DiscoverResult, WindowRound
 from tide_dspy.product.verify import DEFAULT_RUN_TIMEOUT, DEFAULT_TOTAL_TIMEOUT, NOT_RUN, Verification, Verifier
-from tide_dspy.sandbox import SandboxOptions
-from tide_dspy.discovery import DiscoveryProgram, DiscoveryState
 from tide_dspy.programs import build_program, load_program, program_dir
+from tide_dspy.sandbox import SandboxOptions
 from tide_dspy.scan import ScanRecord
 from tide_dspy.schemas import Artifact, Instance, RoundRecord
-from tide_dspy.domains import REPOSITORY, WORKSPACE, Setting, get_setting
 from tide_dspy.shipped import PROGRAMS_DIR
+from tide_dspy.util.git import git_toplevel, head_sha, resolve_commit, run_git
 
 Progress = Callable[[str], None]
 
@@ -46,24 +46,24 @@ def shipped_file(setting: str, backbone: str, name: str) -> Path | None:
     return path if path.is_file() else None
 
 
-def choose_program(setting: str, backbone: str, program: str | Path | None = None,
+def choose_program(setting: Setting, backbone: str, program: str | Path | None = None,
                    templates: str | Path | None = None, rounds: int | None = None,
                    per_round: int | None = None) -> tuple[DiscoveryProgram, str]:
     """(program, a sentence saying which program was used and why)."""
     from tide_dspy.templates import TemplateLibrary
 
-    shipped = shipped_file(setting, backbone, "tide.json")
+    shipped = shipped_file(setting.name, backbone, "tide.json")
     if program is not None or shipped is not None:
         loaded = load_program(program if program is not None else shipped)
-        if loaded.setting_name != setting:
-            raise ValueError(f"{program or shipped}: this program was compiled for the {loaded.setting_name} setting, "
-                             f"not {setting}; pass a {setting} program")
+        if loaded.setting is not setting:
+            raise ValueError(f"{program or shipped}: this program was compiled for the {loaded.setting.name} setting, "
+                             f"not {setting.name}; pass a {setting.name} program")
         source = f"program {program}" if program is not None else f"shipped program {shipped} (compiled for {backbone})"
         if templates is not None:
             loaded.templates = list(TemplateLibrary.load(templates).templates)
             source += f", with templates from {templates}"
     else:
-        library_path = templates if templates is not None else shipped_file(setting, backbone, "templates.json")
+        library_path = templates if templates is not None else shipped_file(setting.name, backbone, "templates.json")
         if library_path is not None:
             loaded = build_program("tide", setting, templates=library_path)
             origin = "" if templates is not None else f"shipped for {backbone}, "
@@ -75,7 +75,9 @@ def choose_program(setting: str, backbone: str, program: str | Path | None = Non
     for name, value in (("max_rounds", rounds), ("per_round", per_round)):
         if value is not None:
             if value < 1:
-                raise ValueError(f"--{'rounds' if name == 'max_rounds' else 'per-round'} must be at least 1, got {value}")
+                raise ValueError(
+                    f"--{'rounds' if name == 'max_rounds' else 'per-round'} must be at least 1, got {value}"
+                )
             setattr(loaded, name, value)
     return loaded, source
 
@@ -106,7 +108,8 @@ def describe(lm) -> dict:
 # ---- the discovery loop over windows ----
 
 def _step_line(window: int, n_windows: int, step: str, counts: str, calls: RoundRecord | ScanRecord) -> str:
-    """`[window w/n, step] counts, N LM call(s), P prompt + O output tokens`: what a round's and a scan's lines share."""
+    """`[window w/n, step] counts, N LM call(s), P prompt + O output tokens`: what a round's and a scan's lines
+    share."""
     where = f"window {window}/{n_windows}, " if n_windows > 1 else ""
     tokens = ("" if calls.input_tokens is None
               else f", {calls.input_tokens} prompt + {calls.output_tokens or 0} output tokens")
@@ -205,7 +208,7 @@ def run_discovery(instance: Instance, *, lm, backbone: str, program: str | Path 
     """Choose the program for the instance's setting, split the context into windows and run it on each, with the
     adapter that parses best on `lm` (backbones.lm_context) scoped around the calls."""
     setting = get_setting(instance.setting)
-    tide, source = choose_program(setting.name, backbone, program, templates, rounds, per_round)
+    tide, source = choose_program(setting, backbone, program, templates, rounds, per_round)
     if scan is not None:
         tide.use_scan(scan)
         source += f", scanning first (focus {scan})"
@@ -222,11 +225,11 @@ def estimate_discovery(instance: Instance, *, lm, backbone: str, program: str | 
                        scan: int | None = None, prices=None, progress: Progress = print):
     """What `run_discovery` would send and cost (`tide discover --dry-run`): the same program and windows, each
     window's scan and rounds rendered and counted (tide_dspy.budget), no model called."""
-    from tide_dspy.budget import Estimate, Estimator, Target
     from tide_dspy.backbones import adapter_for
+    from tide_dspy.budget import Estimate, Estimator, Target
 
     setting = get_setting(instance.setting)
-    tide, source = choose_program(setting.name, backbone, program, templates, rounds, per_round)
+    tide, source = choose_program(setting, backbone, program, templates, rounds, per_round)
     if scan is not None:
         tide.use_scan(scan)
     progress(f"using {source}")
@@ -449,11 +452,22 @@ def workspace_instance(folder: str | Path, profile: str | Path | None = None, ac
     return instance, ingested, notes
 
 
-def discover_workspace(folder: str | Path, *, lm, backbone: str = "local", profile: str | Path | None = None,
-                       actions: str | Path | None = None, exclude: Iterable[str] = (), program: str | Path | None = None,
-                       templates: str | Path | None = None, rounds: int | None = None, per_round: int | None = None,
-                       max_context_tokens: int | None = None, scan: int | None = None,
-                       progress: Progress = print) -> DiscoverResult:
+def discover_workspace(
+    folder: str | Path,
+    *,
+    lm,
+    backbone: str = "local",
+    profile: str | Path | None = None,
+    actions: str | Path | None = None,
+    exclude: Iterable[str] = (),
+    program: str | Path | None = None,
+    templates: str | Path | None = None,
+    rounds: int | None = None,
+    per_round: int | None = None,
+    max_context_tokens: int | None = None,
+    scan: int | None = None,
+    progress: Progress = print,
+) -> DiscoverResult:
     started = time.perf_counter()
     instance, ingested, notes = workspace_instance(folder, profile, actions, exclude, progress)
     root = Path(instance.meta["root"])

@@ -24,8 +24,18 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from tide_dspy.data.git_tools import Snapshot
-from tide_dspy.sandbox import (DEFAULT_RUN_TIMEOUT, OUTPUT_CAP, Sandbox, SandboxOptions, TestRun, VerifyError,
-                               parse_command, patch_concerns, require_executable, run_tests)
+from tide_dspy.sandbox import (
+    DEFAULT_RUN_TIMEOUT,
+    OUTPUT_CAP,
+    Sandbox,
+    SandboxOptions,
+    TestRun,
+    VerifyError,
+    parse_command,
+    patch_concerns,
+    require_executable,
+    run_tests,
+)
 from tide_dspy.util.git import git_toplevel, run_git
 
 VERIFIED = "verified"
@@ -192,7 +202,9 @@ class Verifier:
             return Verification(TIMED_OUT, seconds=run.seconds, reason=f"killed after {run.seconds:.1f} s",
                                 output_bytes=run.output_bytes, concerns=concerns)
         base = self.baseline.checks(self.command)
-        fixed, broken = classify(base, run.checks(self.command) if self.baseline.outcomes else {self.command: run.passed})
+        fixed, broken = classify(
+            base, run.checks(self.command) if self.baseline.outcomes else {self.command: run.passed}
+        )
         status = VERIFIED if fixed else BREAKS if broken else NO_CHANGE
         if concerns and status != BREAKS:
             status = FLAGGED

@@ -92,4 +92,6 @@ def split_windows(artifacts: list[Artifact], units: list[Unit], budget: int) -> 
         else:  # the group itself is too large: split it into parts that fit, then pack those with the rest
             chunks.extend(_first_fit([[u] for u in members], budget))
     position = {a.id: i for i, a in enumerate(artifacts)}
-    return [sorted((a for u in w for a in u.artifacts), key=lambda a: position[a.id]) for w in _first_fit(chunks, budget)]
+    return [
+        sorted((a for u in w for a in u.artifacts), key=lambda a: position[a.id]) for w in _first_fit(chunks, budget)
+    ]

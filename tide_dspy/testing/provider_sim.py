@@ -379,7 +379,11 @@ def check(call: Call, body: dict, headers: dict, advice: list[str]) -> None:
         if call.temperature is not None and not 0 <= call.temperature < 2:
             raise Rejected(400, "invalid_request_error", "Range of temperature should be [0.0, 2.0)",
                            code="invalid_parameter_error")
-    if call.structured == "json_object" and call.provider in ("openai", "dashscope") and "json" not in call.prompt.lower():
+    if (
+        call.structured == "json_object"
+        and call.provider in ("openai", "dashscope")
+        and "json" not in call.prompt.lower()
+    ):
         # https://platform.openai.com/docs/guides/structured-outputs#json-mode (DashScope follows it)
         raise Rejected(400, "invalid_request_error", "'messages' must contain the word 'json' in some form, to use "
                        "'response_format' of type 'json_object'.", param="messages")

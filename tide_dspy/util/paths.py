@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-DATA_ENV = "TIDE_DATA"  # the only data-folder variable (TIDE_SHARED_DATA, once read by the tests, is gone)
+DATA_ENV = "TIDE_DATA"  # the only environment variable that names the data folder
 PACKAGE_PARENT = Path(__file__).resolve().parents[2]
 
 
@@ -15,7 +15,9 @@ def _checkout_root() -> Path | None:
     (a wheel install: the folder above is site-packages)."""
     marker = PACKAGE_PARENT / "pyproject.toml"
     try:
-        return PACKAGE_PARENT if marker.is_file() and 'name = "tide-dspy"' in marker.read_text(encoding="utf-8") else None
+        return (
+            PACKAGE_PARENT if marker.is_file() and 'name = "tide-dspy"' in marker.read_text(encoding="utf-8") else None
+        )
     except (OSError, UnicodeDecodeError):
         return None
 

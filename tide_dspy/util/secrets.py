@@ -72,7 +72,11 @@ def scrub_secrets(value):
     """Drop secret-looking keys at any depth, and scrub credentials out of URLs in any string (scrub_text):
     nothing secret is logged or saved."""
     if isinstance(value, dict):
-        return {k: scrub_secrets(v) for k, v in value.items() if str(k).endswith(_SAFE_SUFFIXES) or not _SECRET_KEY.search(str(k))}
+        return {
+            k: scrub_secrets(v)
+            for k, v in value.items()
+            if str(k).endswith(_SAFE_SUFFIXES) or not _SECRET_KEY.search(str(k))
+        }
     if isinstance(value, (list, tuple)):
         return [scrub_secrets(v) for v in value]
     if isinstance(value, str):
