@@ -162,7 +162,7 @@ def grammar_main(args, instance, lm_args, started, t0, load_start, argv) -> int:
 def run_mode(name: str, lm, adapter, instance, rounds: int, per_round: int, templates=None) -> dict:
     """`rounds` TIDE rounds, all of them: TIDE.forward would stop after a round with nothing new, and the
     reuse ratio needs rounds 2 and 3. Each round is TIDE's own `run_round` on the growing state."""
-    program = TIDE(REPOSITORY, templates=templates, max_rounds=rounds, per_round=per_round, max_retries=1)
+    program = TIDE(REPOSITORY, templates=templates, max_rounds=rounds, per_round=per_round, max_attempts=2)
     engine = lm.engine
     state, rows, records = DiscoveryState(), [], []
     start_calls = len(engine.calls)

@@ -61,7 +61,7 @@ def child(args) -> None:
     dspy.configure_cache(enable_disk_cache=False, enable_memory_cache=False)
     instance = pick_instance(args.max_context_tokens)
     lm = get_lm(args.backbone, max_tokens=args.max_tokens, num_threads=args.threads, n_ctx=args.n_ctx, cache=False)
-    program = build_program("iter", REPOSITORY, max_rounds=1, per_round=1, max_retries=0)
+    program = build_program("iter", REPOSITORY, max_rounds=1, per_round=1, max_attempts=1)
     t0 = time.perf_counter()
     with dspy.context(lm=lm, adapter=dspy.JSONAdapter()):
         program(instance)

@@ -45,6 +45,20 @@ def clear_settings_and_cache():
     dspy.configure(**copy.deepcopy(DEFAULT_CONFIG))
 
 
+@pytest.fixture(autouse=True)
+def mlflow_uris_restored():
+    """mlflow.set_tracking_uri and set_registry_uri write MLFLOW_TRACKING_URI and MLFLOW_REGISTRY_URI into the
+    environment (a command's --tracking-uri does too). Each test's are undone after it, so a later test's
+    registry follows its own tracking store rather than the last one configured."""
+    before = {name: os.environ.get(name) for name in ("MLFLOW_TRACKING_URI", "MLFLOW_REGISTRY_URI")}
+    yield
+    for name, value in before.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+
+
 def _first_record(path: Path, predicate=lambda r: True) -> dict:
     with path.open() as f:
         for line in f:

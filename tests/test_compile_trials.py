@@ -125,6 +125,13 @@ def test_a_trial_log_of_another_setup_is_not_continued(tmp_path):
     assert fresh.rows == {}
 
 
+def test_a_trial_log_whose_header_counts_max_retries_is_continued(tmp_path):
+    metric = make_metric("scan-recall")
+    TrialLog(tmp_path, {"program": {"max_rounds": 2, "max_retries": 2}}, metric, progress=False).close()
+    again = TrialLog(tmp_path, {"program": {"max_rounds": 2, "max_attempts": 3}}, metric, progress=False)
+    assert again.rows == {}
+
+
 def test_the_budget_stops_the_search_with_the_best_candidate_so_far(tmp_path, ledgers):
     train, val = split_train(ledgers)
     lm = ScanLM(ledgers)

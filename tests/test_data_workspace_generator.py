@@ -94,7 +94,7 @@ def test_malformed_step_is_retried_then_skipped(tmp_path):
     # Too few bottlenecks once (retried), then a world model that never has enough people (skipped, not fatal).
     too_few = bottlenecks(1)
     lm = DummyLM([too_few, bottlenecks(N_PROBLEMS)])
-    generator = WorkspaceGenerator(retries=2, distractor_ratio=0)
+    generator = WorkspaceGenerator(max_attempts=2, distractor_ratio=0)
     seen = []
     with dspy.context(lm=lm):
         pred = generator.step("bottlenecks", generator.bottlenecks,

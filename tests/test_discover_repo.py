@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 import subprocess
+from pathlib import Path
 
 import dspy
 import pytest
 from dspy.utils.dummies import DummyLM
-from sample_checkout import BAD_PATCH, GOOD_PATCH, MATHUTIL, REPORT, TEXT, answers, finding, write_tree
+from sample_checkout import BAD_PATCH, GOOD_PATCH, MATHUTIL, REPORT, TEXT, answers, finding, make_repo, write_tree
 
 from tide_dspy.cli import discover_cmd
 from tide_dspy.cli.main import main
@@ -158,36 +159,84 @@ def test_one_file_larger_than_the_window_is_a_clear_error(repo):
                             progress=lambda line: None)
 
 
-def test_report_files(repo, tmp_path):
+@pytest.fixture(scope="module")
+def reported(tmp_path_factory) -> dict[str, Path]:
+    """write_report's files for a discovery of two findings on the repo tree: one whose patch applies, one whose
+    patch does not, over two rounds (the second empty)."""
+    root = tmp_path_factory.mktemp("reported")
     lm = DummyLM(answers(finding("mean divides by n - 1", ["pkg/mathutil.py::mean"], GOOD_PATCH),
                          finding("shout is wrong", ["pkg/text.py::shout"], BAD_PATCH)))
-    result = discover_repository(repo, lm=lm, backbone="none-shipped", per_round=2, progress=lambda line: None)
-    paths = write_report(result, tmp_path / "out")
+    dspy.configure_cache(enable_disk_cache=False, enable_memory_cache=False)
+    result = discover_repository(make_repo(root / "repo"), lm=lm, backbone="none-shipped", per_round=2,
+                                 progress=lambda line: None)
+    return write_report(result, root / "out")
 
-    data = json.loads(paths["findings.json"].read_text())
-    assert list(data) == ["findings"]
-    first, second = data["findings"]
+
+def test_findings_json_holds_only_the_findings(reported):
+    assert list(json.loads(reported["findings.json"].read_text())) == ["findings"]
+
+
+def test_findings_json_keeps_each_findings_evidence_and_patch(reported):
+    first, _ = json.loads(reported["findings.json"].read_text())["findings"]
     assert first["evidence"] == ["pkg/mathutil.py::mean"] and first["patch"] == GOOD_PATCH
+    assert {"description", "evidence", "patch", "used_template_id", "why", "round", "flags"} <= set(first)
+
+
+def test_findings_json_records_each_patch_check(reported):
+    first, second = json.loads(reported["findings.json"].read_text())["findings"]
     assert first["patch_check"] == {"status": "applies", "reason": ""}
     assert second["patch_check"]["status"] == "does not apply"
-    for key in ("description", "evidence", "patch", "used_template_id", "why", "round", "flags"):
-        assert key in first
 
-    md = paths["report.md"].read_text()
+
+def test_report_md_gives_each_finding_a_section(reported):
+    md = reported["report.md"].read_text()
     assert "## Finding 1" in md and "mean divides by n - 1" in md
-    assert "`pkg/mathutil.py:1-2 (pkg/mathutil.py::mean)`" in md
+
+
+def test_report_md_cites_evidence_by_file_lines_and_id(reported):
+    assert "`pkg/mathutil.py:1-2 (pkg/mathutil.py::mean)`" in reported["report.md"].read_text()
+
+
+def test_report_md_shows_each_patch_check(reported):
+    md = reported["report.md"].read_text()
     assert "Patch: **applies**" in md and "Patch: **does not apply: " in md
-    assert "none cited (template-novel)" in md
+
+
+def test_report_md_marks_a_finding_without_a_template_as_template_novel(reported):
+    assert "none cited (template-novel)" in reported["report.md"].read_text()
+
+
+def test_report_md_shows_the_patch_and_the_rounds_table(reported):
+    md = reported["report.md"].read_text()
     assert "```diff" in md and "| window | round |" in md
-    assert "Summary: 2 findings, 1/2 patches apply | 2 rounds over 1 window(s) | 2 LM calls" in md
 
-    page = paths["report.html"].read_text()
+
+def test_report_md_ends_with_the_summary(reported):
+    summary = "Summary: 2 findings, 1/2 patches apply | 2 rounds over 1 window(s) | 2 LM calls"
+    assert summary in reported["report.md"].read_text()
+
+
+def test_report_md_leaves_text_unescaped(reported):
+    assert "&lt;" not in reported["report.md"].read_text()
+
+
+def test_report_html_is_a_styled_page(reported):
+    page = reported["report.html"].read_text()
     assert page.startswith("<!doctype html>") and "<style>" in page
-    assert "<script" not in page and "<link" not in page and "src=" not in page  # self-contained
-    assert "class='applies'>applies<" in page and "does not apply" in page
-    assert "&lt;" not in md and "pkg/mathutil.py:1-2" in page
 
-    run = json.loads(paths["run.json"].read_text())
+
+def test_report_html_is_self_contained(reported):
+    page = reported["report.html"].read_text()
+    assert "<script" not in page and "<link" not in page and "src=" not in page
+
+
+def test_report_html_shows_each_patch_check_and_the_evidence(reported):
+    page = reported["report.html"].read_text()
+    assert "class='applies'>applies<" in page and "does not apply" in page and "pkg/mathutil.py:1-2" in page
+
+
+def test_run_json_counts_the_lm_calls_and_rounds(reported):
+    run = json.loads(reported["run.json"].read_text())
     assert run["summary"]["lm_calls"] == 2 and len(run["rounds"]) == 2
 
 

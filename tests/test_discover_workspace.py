@@ -33,32 +33,77 @@ def workspace(tmp_path) -> Path:
     return Path(shutil.copytree(FIXTURE, tmp_path / "ws"))
 
 
-def test_fixture_folder_is_ingested_in_the_shared_shape():
-    result = ingest_workspace(FIXTURE)
-    assert result.counts() == {"email": 2, "calendar": 2, "document": 1}
-    assert not result.skipped and not result.ignored
-    for a in result.artifacts:
-        assert re.fullmatch(rf"{a.kind}_[0-9a-f]{{8}}", a.id)
-        keys = {"email": EMAIL_KEYS, "calendar": CALENDAR_KEYS, "document": DOCUMENT_KEYS}[a.kind]
-        assert list(a.payload) == keys
-    items = by_title(result)
-    approval = items["Badge printer quote: approved"].payload
+@pytest.fixture(scope="module")
+def ingested():
+    """The fixture folder (two emails, two events, a run sheet) read once."""
+    return ingest_workspace(FIXTURE)
+
+
+def test_every_fixture_file_is_read_by_kind(ingested):
+    assert ingested.counts() == {"email": 2, "calendar": 2, "document": 1}
+    assert not ingested.skipped and not ingested.ignored
+
+
+def test_artifact_ids_are_the_kind_and_eight_hex_digits(ingested):
+    assert all(re.fullmatch(rf"{a.kind}_[0-9a-f]{{8}}", a.id) for a in ingested.artifacts)
+
+
+def test_each_kind_has_the_shared_payload_keys_in_order(ingested):
+    keys = {"email": EMAIL_KEYS, "calendar": CALENDAR_KEYS, "document": DOCUMENT_KEYS}
+    assert all(list(a.payload) == keys[a.kind] for a in ingested.artifacts)
+
+
+def test_an_email_keeps_its_addresses_with_names(ingested):
+    approval = by_title(ingested)["Badge printer quote: approved"].payload
     assert approval["sender"] == "Dana Kittredge <dana.kittredge@northwind.example>"
     assert approval["to"] == ["Sam Ortiz <sam.ortiz@northwind.example>"]
     assert approval["cc"] == ["Priya Raman <priya.raman@northwind.example>"]
-    assert approval["timestamp"] == "2026-03-09T08:42:00" == items["Badge printer quote: approved"].created_at
-    assert "holds the price until Friday 13 March" in approval["body"]
-    requisition = items["Re: Badge printer requisition"].payload
-    assert requisition["body"].startswith("Procurement still shows requisition REQ-2207")  # the plain part
-    summit = items["Spring partner summit"]
-    assert summit.payload["start_time"] == "2026-03-19T09:00:00" and summit.payload["location"] == "Hall B"
-    assert summit.payload["attendees"][0] == "Sam Ortiz <sam.ortiz@northwind.example>"  # the organizer
-    assert len(summit.payload["attendees"]) == 3 and summit.created_at == "2026-03-02T09:00:00"
-    assert "Recurs: FREQ=WEEKLY;BYDAY=TH" in items["Events ops weekly"].payload["description"]
-    sheet = items["Summit run sheet"].payload
+
+
+def test_an_emails_date_is_its_timestamp_and_creation_time(ingested):
+    approval = by_title(ingested)["Badge printer quote: approved"]
+    assert approval.payload["timestamp"] == "2026-03-09T08:42:00" == approval.created_at
+
+
+def test_an_emails_body_is_its_text(ingested):
+    body = by_title(ingested)["Badge printer quote: approved"].payload["body"]
+    assert "holds the price until Friday 13 March" in body
+
+
+def test_a_multipart_emails_body_is_its_plain_part(ingested):
+    requisition = by_title(ingested)["Re: Badge printer requisition"].payload
+    assert requisition["body"].startswith("Procurement still shows requisition REQ-2207")
+
+
+def test_an_event_keeps_its_start_and_location(ingested):
+    summit = by_title(ingested)["Spring partner summit"].payload
+    assert summit["start_time"] == "2026-03-19T09:00:00" and summit["location"] == "Hall B"
+
+
+def test_an_events_organizer_is_its_first_attendee(ingested):
+    summit = by_title(ingested)["Spring partner summit"].payload
+    assert summit["attendees"][0] == "Sam Ortiz <sam.ortiz@northwind.example>" and len(summit["attendees"]) == 3
+
+
+def test_an_event_is_created_when_it_was_stamped(ingested):
+    assert by_title(ingested)["Spring partner summit"].created_at == "2026-03-02T09:00:00"
+
+
+def test_a_recurring_events_rule_is_in_its_description(ingested):
+    assert "Recurs: FREQ=WEEKLY;BYDAY=TH" in by_title(ingested)["Events ops weekly"].payload["description"]
+
+
+def test_a_markdown_document_keeps_its_mime_and_content(ingested):
+    sheet = by_title(ingested)["Summit run sheet"].payload
     assert sheet["mime"] == "text/markdown" and "| Badge printer delivered | Sam |" in sheet["content"]
-    assert result.sources[items["Summit run sheet"].id] == "run-sheet.md"
-    assert [a.created_at for a in result.artifacts] == sorted(a.created_at for a in result.artifacts)
+
+
+def test_each_artifact_names_the_file_it_came_from(ingested):
+    assert ingested.sources[by_title(ingested)["Summit run sheet"].id] == "run-sheet.md"
+
+
+def test_artifacts_are_in_creation_order(ingested):
+    assert [a.created_at for a in ingested.artifacts] == sorted(a.created_at for a in ingested.artifacts)
 
 
 def test_ids_are_stable_across_runs_and_locations(workspace):

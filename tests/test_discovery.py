@@ -186,7 +186,7 @@ def test_unparseable_round_is_retried_recorded_and_the_run_goes_on(workspace_ins
     garbage = [{"not_findings": "oops"}] * 6
     lm = DummyLM(garbage + [{"findings": [ws_draft(workspace_instance, 0)]}, {"findings": []}])
     with dspy.context(lm=lm):
-        out = TIDE("workspace", max_rounds=3, per_round=1, max_retries=2)(workspace_instance)
+        out = TIDE("workspace", max_rounds=3, per_round=1, max_attempts=3)(workspace_instance)
     first = out.rounds[0]
     assert first.failed and first.parse_failures == 3 and first.error
     assert out.rounds[1].new == 1 and not out.rounds[1].failed
@@ -284,7 +284,7 @@ class _FailingPredictor:
 
 
 def test_a_failure_that_a_retry_cannot_fix_is_recorded_once_and_stops_the_run(workspace_instance):
-    program = TIDE("workspace", max_rounds=5, max_retries=2)
+    program = TIDE("workspace", max_rounds=5, max_attempts=3)
     program.discover = _FailingPredictor(ValueError("prompt of 40000 tokens exceeds n_ctx=32768"))
     with dspy.context(lm=DummyLM([])):
         out = program(workspace_instance)

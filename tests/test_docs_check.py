@@ -90,6 +90,6 @@ def test_the_configuration_table_gives_the_code_s_defaults():
 
     defaults = configuration_defaults()
     assert defaults["TIDE_N_CTX"] == str(llamacpp.DEFAULT_N_CTX)
-    assert defaults["TIDE_NUM_RETRIES"] == str(RetryPolicy.retries)
+    assert defaults["TIDE_NUM_RETRIES"] == str(RetryPolicy.num_retries)
     assert defaults["TIDE_PROMPT_CACHE_MAX_MB"] == str(prompt_cache.DEFAULT_MAX_MB)
     assert defaults["TIDE_MAX_TOKENS"].startswith(f"{llamacpp.DEFAULT_MAX_TOKENS} embedded")

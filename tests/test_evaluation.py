@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
+from pathlib import Path
 
 import dspy
 import pytest
@@ -10,7 +12,7 @@ from routed_lm import RoutedLM, fixture_instances
 
 from tide_dspy import metrics
 from tide_dspy.data.selection import data_path, select_instances
-from tide_dspy.evaluation import evaluate, format_table, read_rows
+from tide_dspy.evaluation import EvaluationResult, evaluate, format_table, program_hash, read_rows
 from tide_dspy.programs import build_program
 
 
@@ -42,28 +44,71 @@ def train():
     return fixture_instances("workspace", "train")
 
 
-def test_rows_scores_and_run_files(tmp_path, train):
+@dataclass
+class Evaluated:
+    result: EvaluationResult
+    folder: Path  # results.jsonl, config.json, lm_usage.json
+    rows: list[dict]
+
+    def read(self, name: str) -> dict:
+        return json.loads((self.folder / name).read_text())
+
+
+@pytest.fixture(scope="module")
+def evaluated(tmp_path_factory, train) -> Evaluated:
+    """Method iter (T=2, k=2) evaluated once on the two train workspaces with the proxy judge. The routed LM answers
+    with gold problems: 4 of each instance's 5 found, all precise."""
+    out = tmp_path_factory.mktemp("evaluated") / "run" / "results.jsonl"
     program = build_program("iter", "workspace", max_rounds=2, per_round=2)
-    lm = RoutedLM(train)
-    out = tmp_path / "run" / "results.jsonl"
-    result = evaluate(program, train, judge="proxy", out_path=out, lm=lm, progress=False)
-    rows = [json.loads(line) for line in out.read_text().splitlines()]
-    assert [r["instance_id"] for r in rows] == [i.instance_id for i in train]
-    assert set(rows[0]) >= {"instance_id", "method", "findings", "rounds", "score", "seconds", "error"}
-    assert rows[0]["method"] == "iter" and rows[0]["error"] is None
-    assert len(rows[0]["findings"]) == 4 and len(rows[0]["rounds"]) == 2
-    expected = metrics.aggregate([metrics.score_instance(i.problems, [], judge=metrics.ProxyJudge()) for i in train])
-    assert expected["f1"]["retrieval"] == 0
-    # The routed LM answers with gold problems: 4 of 5 found per instance, all precise.
-    assert result.coverage["retrieval"] == pytest.approx(0.8)
-    assert result.precision["retrieval"] == pytest.approx(1.0)
-    assert result.n_instances == 2 and result.n_run == 2 and result.n_failed == 0
-    config = json.loads((out.parent / "config.json").read_text())
+    dspy.configure_cache(enable_disk_cache=False, enable_memory_cache=False)
+    result = evaluate(program, train, judge="proxy", out_path=out, lm=RoutedLM(train), progress=False)
+    return Evaluated(result, out.parent, [json.loads(line) for line in out.read_text().splitlines()])
+
+
+def test_evaluate_writes_one_row_per_instance_in_order(evaluated, train):
+    assert [r["instance_id"] for r in evaluated.rows] == [i.instance_id for i in train]
+
+
+def test_a_row_holds_the_instance_method_findings_rounds_score_and_error(evaluated):
+    assert set(evaluated.rows[0]) >= {"instance_id", "method", "findings", "rounds", "score", "seconds", "error"}
+
+
+def test_a_row_names_its_method_and_no_error(evaluated):
+    assert evaluated.rows[0]["method"] == "iter" and evaluated.rows[0]["error"] is None
+
+
+def test_a_row_keeps_every_round_and_finding(evaluated):
+    assert len(evaluated.rows[0]["findings"]) == 4 and len(evaluated.rows[0]["rounds"]) == 2
+
+
+def test_finding_nothing_scores_zero(train):
+    scores = [metrics.score_instance(i.problems, [], judge=metrics.ProxyJudge()) for i in train]
+    assert metrics.aggregate(scores)["f1"]["retrieval"] == 0
+
+
+def test_evaluate_aggregates_coverage_and_precision(evaluated):
+    assert evaluated.result.coverage["retrieval"] == pytest.approx(0.8)
+    assert evaluated.result.precision["retrieval"] == pytest.approx(1.0)
+
+
+def test_evaluate_counts_the_instances_run_and_failed(evaluated):
+    result = evaluated.result
+    assert (result.n_instances, result.n_run, result.n_failed) == (2, 2, 0)
+
+
+def test_config_json_names_the_method_judge_and_instances(evaluated, train):
+    config = evaluated.read("config.json")
     assert config["method"] == "iter" and config["judge"] == "proxy-lexical"
     assert config["instances"] == [i.instance_id for i in train]
-    usage = json.loads((out.parent / "lm_usage.json").read_text())
-    assert usage["backbone"]["calls"] == 4 and usage["backbone"]["prompt_tokens"] == 40
-    assert "| retrieval | 80.00 | 100.00 |" in format_table(result)
+
+
+def test_lm_usage_json_counts_the_backbone_calls_and_tokens(evaluated):
+    usage = evaluated.read("lm_usage.json")["backbone"]
+    assert usage["calls"] == 4 and usage["prompt_tokens"] == 40
+
+
+def test_format_table_shows_the_scores_as_percentages(evaluated):
+    assert "| retrieval | 80.00 | 100.00 |" in format_table(evaluated.result)
 
 
 def test_resume_after_a_crash_reruns_only_unfinished_instances(tmp_path, train):
@@ -101,6 +146,30 @@ def test_a_resumed_run_adds_instances_and_usage_and_refuses_another_config(tmp_p
     ):
         evaluate(other, train, out_path=out, lm=RoutedLM(train), progress=False, resume=True)
     evaluate(other, train[:1], out_path=out, lm=RoutedLM(train), progress=False, resume=False)  # starting over is fine
+
+
+def test_a_run_whose_config_counts_max_retries_resumes_with_the_same_program(tmp_path, train):
+    program = build_program("iter", "workspace", max_rounds=2, per_round=2)
+    out = tmp_path / "results.jsonl"
+    first, second = train
+    evaluate(program, [first], out_path=out, lm=RoutedLM(train), progress=False)
+    config = json.loads((tmp_path / "config.json").read_text())
+    config["program"]["max_retries"] = config["program"].pop("max_attempts") - 1
+    config["program_hash"] = program_hash(program, as_retries=True)
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    result = evaluate(program, train, out_path=out, lm=RoutedLM(train), progress=False, resume=True)
+    assert result.n_resumed == 1 and result.n_run == 1
+
+
+def test_a_run_whose_config_counts_other_max_retries_is_not_resumed(tmp_path, train):
+    program = build_program("iter", "workspace", max_rounds=2, per_round=2)
+    out = tmp_path / "results.jsonl"
+    evaluate(program, train[:1], out_path=out, lm=RoutedLM(train), progress=False)
+    config = json.loads((tmp_path / "config.json").read_text())
+    config["program"]["max_retries"] = config["program"].pop("max_attempts")
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match=r"another run configuration \(differs in program"):
+        evaluate(program, train, out_path=out, lm=RoutedLM(train), progress=False, resume=True)
 
 
 def test_a_failing_instance_is_recorded_scored_zero_and_rerun_on_resume(tmp_path, train):

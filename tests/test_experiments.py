@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import copy
 import csv
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import dspy
 import pytest
+from dspy.dsp.utils.settings import DEFAULT_CONFIG
 from dspy.utils.dummies import DummyLM
 
 from scripts import load_script
@@ -15,80 +18,110 @@ from tide_dspy.schemas import Template
 from tide_dspy.templates import TemplateLibrary
 
 
-@pytest.fixture
-def run_module(monkeypatch, tmp_path, repository_instance):
+@dataclass
+class Experiments:
+    out: Path
+    codes: dict[str, int]  # experiment -> exit status
+
+    def csv(self, name: str) -> list[dict]:
+        with (self.out / name).open() as f:
+            return list(csv.DictReader(f))
+
+
+@pytest.fixture(scope="module")
+def experiments(tmp_path_factory, repository_instance) -> Experiments:
+    """Every experiment of experiments/run.py run once on the repository instance, into one output folder. Every
+    round answers the same two findings: one on a gold function, one on a distractor."""
     module = load_script("run")
+    root = tmp_path_factory.mktemp("experiments")
     ids = [a.id for a in repository_instance.artifacts]
     gold = repository_instance.problems[0].evidence
-    # Every round answers the same two findings: one on a gold function, one on a distractor.
-    answer = {
-        "findings": [
-            {
-                "description": "bug in the gold function",
-                "evidence_ids": gold,
-                "patch": "no diff",
-                "used_template_id": "repo-t001",
-                "why": "fits",
-            },
-            {
-                "description": "bug elsewhere",
-                "evidence_ids": [i for i in ids if i not in gold][:1],
-                "patch": "",
-                "used_template_id": "",
-                "why": "",
-            },
-        ]
-    }
-    dspy.configure(lm=DummyLM({"max_new": answer}))
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
-    monkeypatch.setenv("TIDE_DATA", str(Path(__file__).resolve().parent / "fixtures" / "instances"))
-    return module
-
-
-def test_experiments_write_tables_plots_and_meta(run_module, tmp_path, repository_instance):
+    answer = {"findings": [
+        {"description": "bug in the gold function", "evidence_ids": gold, "patch": "no diff",
+         "used_template_id": "repo-t001", "why": "fits"},
+        {"description": "bug elsewhere", "evidence_ids": [i for i in ids if i not in gold][:1], "patch": "",
+         "used_template_id": "", "why": ""},
+    ]}
     library = TemplateLibrary([Template(id="repo-t001", name="n", pattern="p", evidence_flow=["a"])], "repository")
-    templates = library.save(tmp_path / "templates.json")
-    out = tmp_path / "out"
-    common = [
-        "--setting",
-        "repository",
-        "--split",
-        repository_instance.split,
-        "--instances",
-        repository_instance.instance_id,
-        "--templates",
-        str(templates),
-        "--judge",
-        "proxy",
-        "--out",
-        str(out),
-    ]
-    for experiment in ("table1", "steps", "rounds", "instances"):
-        assert run_module.main([experiment, *common]) == 0
-    assert run_module.main(["budget", *common, "--budgets", "2", "3"]) == 0
-    assert run_module.main(["poolsize", *common, "--pool-sizes", "0", "1"]) == 0
-    assert run_module.main(["demos", *common, "--demos", "1"]) == 0
+    templates = library.save(root / "templates.json")
+    out = root / "out"
+    common = ["--setting", "repository", "--split", repository_instance.split,
+              "--instances", repository_instance.instance_id, "--templates", str(templates), "--judge", "proxy",
+              "--out", str(out)]
+    runs = {"table1": [], "steps": [], "rounds": [], "instances": [], "budget": ["--budgets", "2", "3"],
+            "poolsize": ["--pool-sizes", "0", "1"], "demos": ["--demos", "1"]}
+    codes = {}
+    dspy.configure_cache(enable_disk_cache=False, enable_memory_cache=False)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{root / 'mlflow.db'}")
+        patch.setenv("MLFLOW_REGISTRY_URI", f"sqlite:///{root / 'mlflow.db'}")  # restored when the context ends
+        patch.setenv("TIDE_DATA", str(Path(__file__).resolve().parent / "fixtures" / "instances"))
+        dspy.configure(lm=DummyLM({"max_new": answer}))
+        try:
+            for experiment, extra in runs.items():
+                codes[experiment] = module.main([experiment, *common, *extra])
+        finally:
+            dspy.configure(**copy.deepcopy(DEFAULT_CONFIG))
+    return Experiments(out, codes)
 
-    table = list(csv.DictReader((out / "table1.csv").open()))
-    assert [r["method"] for r in table] == ["random", "first-listed", "lexical-join", "single", "multi", "iter", "tide"]
-    # TIDE finds the same two findings in round 1, re-discovers them in round 2 and stops.
-    tide_row = json.loads((out / "raw" / "tide" / "run0.jsonl").read_text().splitlines()[0])
+
+FLOORS = ["random", "first-listed", "lexical-join"]
+
+
+@pytest.mark.parametrize("experiment", ["table1", "steps", "rounds", "instances", "budget", "poolsize", "demos"])
+def test_each_experiment_exits_zero(experiments, experiment):
+    assert experiments.codes[experiment] == 0
+
+
+def test_table1_lists_the_floors_then_the_methods(experiments):
+    assert [r["method"] for r in experiments.csv("table1.csv")] == [*FLOORS, "single", "multi", "iter", "tide"]
+
+
+def test_tide_stops_after_a_round_that_only_rediscovers(experiments):
+    # The same two findings in round 1, re-discovered in round 2.
+    tide_row = json.loads((experiments.out / "raw" / "tide" / "run0.jsonl").read_text().splitlines()[0])
     assert [(r["new"], r["rediscovered"]) for r in tide_row["rounds"]] == [(2, 0), (0, 2)]
-    assert float(table[-1]["retrieval_coverage"]) > 0
-    assert "Highest chance floor:" in (out / "table1.md").read_text()
-    steps = list(csv.DictReader((out / "steps.csv").open()))
-    assert {"tide", "multi"} == {r["method"] for r in steps}
-    budget = list(csv.DictReader((out / "budget.csv").open()))
-    assert sorted({int(r["budget"]) for r in budget}) == [2, 3]
-    pools = list(csv.DictReader((out / "poolsize.csv").open()))
-    assert [int(r["pool_size"]) for r in pools] == [0, 1]
-    demos = list(csv.DictReader((out / "demos.csv").open()))
-    assert [r["method"] for r in demos] == ["random", "first-listed", "lexical-join", "iter-demos", "tide"]
-    for name in ("poolsize.png", "table1.png", "steps.png", "rounds.png", "budget.png", "per_instance.png", "table1.md",
-                 "table1_hygiene.csv"):
-        assert (out / name).stat().st_size > 0
-    meta = json.loads((out / "meta-table1.json").read_text())
+
+
+def test_tide_covers_gold_evidence_in_table1(experiments):
+    assert float(experiments.csv("table1.csv")[-1]["retrieval_coverage"]) > 0
+
+
+def test_table1_md_names_the_highest_chance_floor(experiments):
+    assert "Highest chance floor:" in (experiments.out / "table1.md").read_text()
+
+
+def test_steps_compares_tide_and_multi(experiments):
+    assert {r["method"] for r in experiments.csv("steps.csv")} == {"tide", "multi"}
+
+
+def test_budget_runs_each_budget_asked_for(experiments):
+    assert sorted({int(r["budget"]) for r in experiments.csv("budget.csv")}) == [2, 3]
+
+
+def test_budget_compares_the_floors_tide_and_multi(experiments):
+    assert {r["method"] for r in experiments.csv("budget.csv")} == {*FLOORS, "tide", "multi"}
+
+
+def test_poolsize_runs_each_pool_size_asked_for(experiments):
+    assert [int(r["pool_size"]) for r in experiments.csv("poolsize.csv")] == [0, 1]
+
+
+def test_demos_compares_iter_demos_with_the_floors_and_tide(experiments):
+    assert [r["method"] for r in experiments.csv("demos.csv")] == [*FLOORS, "iter-demos", "tide"]
+
+
+@pytest.mark.parametrize("name", ["poolsize.png", "table1.png", "steps.png", "rounds.png", "budget.png",
+                                  "per_instance.png", "table1.md", "table1_hygiene.csv"])
+def test_each_plot_and_table_is_written(experiments, name):
+    assert (experiments.out / name).stat().st_size > 0
+
+
+def test_table1_meta_names_the_judge_and_the_instances(experiments, repository_instance):
+    meta = json.loads((experiments.out / "meta-table1.json").read_text())
     assert meta["judge"] == "proxy-lexical" and meta["instances"] == [repository_instance.instance_id]
-    assert set(meta["raw_lm_seconds"]) == {"random/run0", "first-listed/run0", "lexical-join/run0", "single/run0",
-                                           "multi/run0", "iter/run0", "tide/run0"}
-    assert {"random", "first-listed", "lexical-join", "tide", "multi"} == {r["method"] for r in budget}
+
+
+def test_table1_meta_times_every_method_run(experiments):
+    meta = json.loads((experiments.out / "meta-table1.json").read_text())
+    assert set(meta["raw_lm_seconds"]) == {f"{m}/run0" for m in [*FLOORS, "single", "multi", "iter", "tide"]}

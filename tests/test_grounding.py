@@ -173,7 +173,7 @@ def test_chance_baselines_save_and_load_with_their_config(tmp_path, repo):
 def test_the_round_after_a_failed_round_is_a_fresh_rollout(repo):
     lm = DummyLM([{"findings": "not a list of findings"}, {"findings": []}])
     with dspy.context(lm=lm, adapter=dspy.ChatAdapter(use_json_adapter_fallback=False)):
-        out = TIDE("repository", max_rounds=2, max_retries=0)(repo)
+        out = TIDE("repository", max_rounds=2, max_attempts=1)(repo)
     assert out.rounds[0].failed and not out.rounds[1].failed
     first, second = (entry["kwargs"] for entry in lm.history)
     assert first.get("rollout_id") is None

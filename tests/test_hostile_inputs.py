@@ -73,13 +73,26 @@ def test_a_saved_programs_lm_never_replaces_the_chosen_backbone(repo, tmp_path):
     assert not result.failed_rounds()
 
 
-@pytest.mark.parametrize("key,value", [("max_rounds", 1e9), ("max_retries", 10**9), ("per_round", 0),
-                                       ("max_retries", -1), ("dedup_threshold", "80")])
+@pytest.mark.parametrize("key,value", [("max_rounds", 1e9), ("max_attempts", 10**9), ("per_round", 0),
+                                       ("max_attempts", 0), ("max_retries", -1), ("dedup_threshold", "80")])
 def test_saved_config_values_are_bounded(tmp_path, key, value):
     path, state = saved_state(tmp_path, **{key: value})
     write(path, state)
     with pytest.raises(ValueError, match=rf"p.json: tide_config.{key} = .* is out of bounds"):
         load_program(path)
+
+
+def test_a_saved_max_retries_loads_as_one_more_attempt(tmp_path):
+    path, state = saved_state(tmp_path)
+    del state["tide_config"]["max_attempts"]
+    state["tide_config"]["max_retries"] = 4
+    assert load_program(write(path, state)).max_attempts == 5
+
+
+def test_a_saved_config_with_both_max_retries_and_max_attempts_is_refused(tmp_path):
+    path, state = saved_state(tmp_path, max_retries=1)
+    with pytest.raises(ValueError, match="p.json: tide_config has both max_attempts and max_retries"):
+        load_program(write(path, state))
 
 
 # ---- 3. git never reads user text as an option ----
@@ -332,19 +345,30 @@ def test_an_unknown_model_uri_is_a_clear_error(tmp_path, monkeypatch):
         load_program("models:/no-such-model/1")
 
 
-def test_out_pointing_at_a_file_is_refused_before_any_lm_work(repo, tmp_path, monkeypatch, capsys):
-    def no_lm(*args, **kwargs):
-        raise AssertionError("the LM was built before --out was checked")
+@pytest.fixture
+def taken(tmp_path, monkeypatch) -> Path:
+    """A file where a command's --out folder should be. No LM is configured and the hosted backbone's key is unset,
+    so a command that built its LM before checking --out would stop on the missing key instead."""
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    path = tmp_path / "taken"
+    path.write_text("a file\n")
+    return path
 
-    monkeypatch.setattr("tide_dspy.backbones.options.get_lm", no_lm)
-    taken = tmp_path / "taken"
-    taken.write_text("a file\n")
-    assert main(["discover", "repo", str(repo), "--out", str(taken)]) == 2
+
+def test_discover_repo_refuses_an_out_that_is_a_file_before_building_the_lm(repo, taken, capsys):
+    assert main(["discover", "repo", str(repo), "--backbone", "gpt-5-mini", "--out", str(taken)]) == 2
     assert f"--out {taken}: not a folder" in capsys.readouterr().err
-    assert main(["discover", "workspace", str(INGEST), "--out", str(taken / "sub")]) == 2
+    assert taken.read_text() == "a file\n"
+
+
+def test_discover_workspace_refuses_an_out_under_a_file_before_building_the_lm(taken, capsys):
+    assert main(["discover", "workspace", str(INGEST), "--backbone", "gpt-5-mini", "--out", str(taken / "sub")]) == 2
     assert f"its parent {taken} is a file" in capsys.readouterr().err
-    assert main(["evaluate", "--method", "iter", "--setting", "workspace", "--data",
-                 str(HOSTILE / "two-records.jsonl"), "--out", str(taken), "--no-track"]) == 2
+
+
+def test_evaluate_refuses_an_out_that_is_a_file_before_building_the_lm(taken, capsys):
+    assert main(["evaluate", "--method", "iter", "--setting", "workspace", "--data", str(HOSTILE / "two-records.jsonl"),
+                 "--backbone", "gpt-5-mini", "--out", str(taken), "--no-track"]) == 2
     assert "not a folder" in capsys.readouterr().err
     assert taken.read_text() == "a file\n"
 

@@ -43,7 +43,7 @@ def repository_fixture():
 def test_tide_on_local_small_writes_grounded_findings_and_reuses_the_prefix(small_lm, repository_fixture):
     lm = small_lm.copy()
     lm.engine.require_items = True  # under the grammar the 0.5B otherwise tends to answer []
-    program = TIDE("repository", max_rounds=2, per_round=1, max_retries=1)
+    program = TIDE("repository", max_rounds=2, per_round=1, max_attempts=2)
     with dspy.context(lm=lm, adapter=dspy.JSONAdapter()):
         pred = program(repository_fixture)
         rounds = list(pred.rounds)

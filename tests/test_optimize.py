@@ -3,16 +3,21 @@ MLflow (a temporary sqlite store) and a registered program loaded back in a fres
 
 from __future__ import annotations
 
+import contextlib
+import copy
+import io
 import json
 import os
 import shutil
 import subprocess
 import sys
 import textwrap
+from dataclasses import dataclass
 from pathlib import Path
 
 import dspy
 import pytest
+from dspy.dsp.utils.settings import DEFAULT_CONFIG
 from routed_lm import FIXTURE_DATA, RoutedLM, fixture_instances
 
 from tide_dspy.optimize import (
@@ -209,74 +214,169 @@ LOAD_REGISTERED = textwrap.dedent("""
 """)
 
 
-def test_cli_distill_compile_tune_evaluate_with_mlflow(tmp_path, monkeypatch, capsys, train):
-    import mlflow
-    from mlflow import MlflowClient
+@dataclass
+class Pipeline:
+    """What the CLI's distill -> compile -> tune -> evaluate path left behind in `root`."""
 
+    root: Path
+    uri: str  # the MLflow store
+    codes: dict[str, int]  # step -> exit status
+    printed: dict[str, str]  # step -> stdout
+    rows: dict[str, int]  # step -> lines in eval/results.jsonl after it
+
+    def read(self, relative: str):
+        return json.loads((self.root / relative).read_text())
+
+
+@pytest.fixture(scope="module")
+def pipeline(tmp_path_factory) -> Pipeline:
+    """The CLI path run once on the workspace fixtures with a RoutedLM: distill, compile (COPRO), tune, evaluate the
+    registered program (again without --resume, then with it), and evaluate iter-demos; MLflow logs to a sqlite store
+    in the same temporary folder."""
     from tide_dspy.cli.main import main
 
-    data_root = FIXTURE_DATA
-    workspace = fixture_instances("workspace")
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
-    monkeypatch.setenv("TIDE_DATA", str(data_root))
-    dspy.configure(lm=RoutedLM(workspace, instruction="Compiled instruction."))
+    root = tmp_path_factory.mktemp("pipeline")
+    uri = f"sqlite:///{root / 'mlflow.db'}"
     common = ["--setting", "workspace", "--backbone", "dummy"]
+    evaluate = ["evaluate", "--program", "models:/tide-workspace-dummy/1", "--backbone", "dummy", "--limit", "2",
+                "--out", "eval"]
+    steps = {
+        "distill": ["distill", *common],
+        "compile": ["compile", *common, "--optimizer", "copro", "--metric", "retrieval-f1",
+                    "--opt", "init.breadth=2", "--opt", "init.depth=1", "--rounds", "2", "--per-round", "2"],
+        "tune": ["tune", *common, "--trials", "2", "--storage", f"sqlite:///{root / 'optuna.db'}"],
+        "evaluate": evaluate,
+        "evaluate-again": evaluate,
+        "evaluate-resume": [*evaluate, "--resume"],
+        "evaluate-demos": ["evaluate", "--method", "iter-demos", *common, "--limit", "1", "--out", "demos",
+                           "--demos", "2"],
+    }
+    codes, printed, rows = {}, {}, {}
+    dspy.configure_cache(enable_disk_cache=False, enable_memory_cache=False)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(root)
+        patch.setenv("MLFLOW_TRACKING_URI", uri)
+        # mlflow.set_registry_uri writes MLFLOW_REGISTRY_URI, which configure_tracking prefers: set here, the
+        # registry is this store, and the variable is restored when the context ends.
+        patch.setenv("MLFLOW_REGISTRY_URI", uri)
+        patch.setenv("TIDE_DATA", str(FIXTURE_DATA))
+        dspy.configure(lm=RoutedLM(fixture_instances("workspace"), instruction="Compiled instruction."))
+        try:
+            for step, argv in steps.items():
+                out = io.StringIO()
+                with contextlib.redirect_stdout(out):
+                    codes[step] = main(argv)
+                printed[step] = out.getvalue()
+                results = root / "eval" / "results.jsonl"
+                rows[step] = len(results.read_text().splitlines()) if results.exists() else 0
+        finally:
+            dspy.configure(**copy.deepcopy(DEFAULT_CONFIG))
+    return Pipeline(root, uri, codes, printed, rows)
 
-    assert main(["distill", *common]) == 0
-    library = TemplateLibrary.load("programs/workspace/dummy/templates.json")
+
+@pytest.fixture(scope="module")
+def runs(pipeline) -> dict:
+    """The MLflow runs of the pipeline, by the command that logged them."""
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking_uri=pipeline.uri, registry_uri=pipeline.uri)
+    found = client.search_runs([client.get_experiment_by_name("tide-dspy").experiment_id])
+    return {r.data.tags["tide.command"]: r for r in found}
+
+
+def test_cli_distill_keeps_one_template_per_solved_case(pipeline):
+    library = TemplateLibrary.load(pipeline.root / "programs/workspace/dummy/templates.json")
+    assert pipeline.codes["distill"] == 0
     assert len(library) == library.meta["passed"] - library.meta["merges"] == 10 == library.meta["cases"]
-    printed = capsys.readouterr().out
+
+
+def test_cli_distill_prints_the_abstraction_check_counts(pipeline):
+    printed = pipeline.printed["distill"]
     assert "10 passed the abstraction check, 0 failed and were dropped, 0 merged, 0 capped" in printed
-    distilled = json.loads(Path("programs/workspace/dummy/provenance.json").read_text())["templates.json"]
+
+
+def test_cli_distill_records_its_counts_in_the_provenance(pipeline):
+    distilled = pipeline.read("programs/workspace/dummy/provenance.json")["templates.json"]
     assert {k: distilled[k] for k in ("passed", "failed", "merges", "capped", "mean_abstraction_score")} == {
         "passed": 10, "failed": 0, "merges": 0, "capped": 0, "mean_abstraction_score": 1.0}
 
-    assert main(["compile", *common, "--optimizer", "copro", "--metric", "retrieval-f1",
-                 "--opt", "init.breadth=2", "--opt", "init.depth=1", "--rounds", "2", "--per-round", "2"]) == 0
-    saved = json.loads(Path("programs/workspace/dummy/tide.json").read_text())
+
+def test_cli_compile_saves_the_backbone_validation_ids_and_shape_with_the_program(pipeline):
+    saved = pipeline.read("programs/workspace/dummy/tide.json")
+    assert pipeline.codes["compile"] == 0
     assert saved["tide_extra"]["backbone"] == "dummy" and saved["tide_extra"]["dspy_version"]
     assert saved["tide_extra"]["validation"]["ids"] and saved["tide_config"]["max_rounds"] == 2
-    provenance = json.loads(Path("programs/workspace/dummy/provenance.json").read_text())
+
+
+def test_cli_compile_records_its_command_beside_the_templates_provenance(pipeline):
+    provenance = pipeline.read("programs/workspace/dummy/provenance.json")
     assert provenance["tide.json"]["command"].startswith("tide compile") and "templates.json" in provenance
 
-    assert main(["tune", *common, "--trials", "2", "--storage", f"sqlite:///{tmp_path / 'optuna.db'}"]) == 0
-    assert json.loads(Path("programs/workspace/dummy/tune.json").read_text())["trials"] == 2
 
-    evaluate = ["evaluate", "--program", "models:/tide-workspace-dummy/1", "--backbone", "dummy", "--limit", "2",
-                "--out", "eval"]
-    assert main(evaluate) == 0
-    rows = Path("eval/results.jsonl").read_text().splitlines()
-    assert len(rows) == 2 and all(json.loads(r)["instance_id"].startswith("ws-") for r in rows)
-    assert main(evaluate) == 2  # results exist: --resume or --fresh is required
-    assert main([*evaluate, "--resume"]) == 0
-    assert len(Path("eval/results.jsonl").read_text().splitlines()) == 2  # nothing rerun
-    assert main(["evaluate", "--method", "iter-demos", *common, "--limit", "1", "--out", "demos", "--demos", "2"]) == 0
-    assert json.loads(Path("demos/config.json").read_text())["program"]["n_demos"] == 2  # from the train split
+def test_cli_tune_runs_the_trials_asked_for(pipeline):
+    assert pipeline.codes["tune"] == 0
+    assert pipeline.read("programs/workspace/dummy/tune.json")["trials"] == 2
 
-    mlflow.set_tracking_uri(uri)
-    client = MlflowClient()
-    runs = client.search_runs([client.get_experiment_by_name("tide-dspy").experiment_id])
-    by_command = {r.data.tags["tide.command"]: r for r in runs}
-    assert set(by_command) == {"distill", "compile", "tune", "evaluate"}
+
+def test_cli_evaluate_runs_a_registered_program_by_its_model_uri(pipeline):
+    rows = (pipeline.root / "eval/results.jsonl").read_text().splitlines()
+    assert pipeline.codes["evaluate"] == 0 and pipeline.rows["evaluate"] == 2
+    assert all(json.loads(r)["instance_id"].startswith("ws-") for r in rows)
+
+
+def test_cli_evaluate_into_existing_results_needs_resume_or_fresh(pipeline):
+    assert pipeline.codes["evaluate-again"] == 2
+
+
+def test_cli_evaluate_resume_reruns_no_finished_instance(pipeline):
+    assert pipeline.codes["evaluate-resume"] == 0 and pipeline.rows["evaluate-resume"] == 2
+
+
+def test_cli_evaluate_iter_demos_takes_its_demos_from_the_train_split(pipeline):
+    assert pipeline.codes["evaluate-demos"] == 0
+    assert pipeline.read("demos/config.json")["program"]["n_demos"] == 2
+
+
+def test_each_cli_command_logs_one_mlflow_run(runs):
+    assert set(runs) == {"distill", "compile", "tune", "evaluate"}
+
+
+def test_the_distill_run_logs_the_abstraction_counts(runs):
     assert {"passed", "failed", "merges", "capped", "mean_abstraction_score", "backbone_calls"} <= set(
-        by_command["distill"].data.metrics)
-    compile_run = by_command["compile"]
-    assert {"backbone", "setting", "optimizer", "T", "k", "pool_size", "dataset_hash", "git_sha"} <= set(
-        compile_run.data.params)
-    assert {"before_f1_retrieval", "after_f1_retrieval", "backbone_calls"} <= set(compile_run.data.metrics)
-    artifacts = {a.path for a in client.list_artifacts(compile_run.info.run_id)}
-    assert {"program", "templates.json", "val_before.jsonl", "val_after.jsonl", "lm_usage.json"} <= artifacts
-    version = client.get_model_version("tide-workspace-dummy", "1")
-    assert version.run_id == compile_run.info.run_id and version.source.startswith("models:/")
+        runs["distill"].data.metrics)
 
-    elsewhere = tmp_path / "elsewhere"
-    elsewhere.mkdir()
-    (elsewhere / "load.py").write_text(LOAD_REGISTERED)
-    env = {**os.environ, "MLFLOW_TRACKING_URI": uri}
+
+def test_the_compile_run_logs_the_setup_as_params(runs):
+    assert {"backbone", "setting", "optimizer", "T", "k", "pool_size", "dataset_hash", "git_sha"} <= set(
+        runs["compile"].data.params)
+
+
+def test_the_compile_run_logs_the_scores_before_and_after(runs):
+    assert {"before_f1_retrieval", "after_f1_retrieval", "backbone_calls"} <= set(runs["compile"].data.metrics)
+
+
+def test_the_compile_run_logs_the_program_and_its_run_files(pipeline, runs):
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking_uri=pipeline.uri)
+    artifacts = {a.path for a in client.list_artifacts(runs["compile"].info.run_id)}
+    assert {"program", "templates.json", "val_before.jsonl", "val_after.jsonl", "lm_usage.json"} <= artifacts
+
+
+def test_the_compile_run_registers_the_program(pipeline, runs):
+    from mlflow import MlflowClient
+
+    version = MlflowClient(tracking_uri=pipeline.uri, registry_uri=pipeline.uri).get_model_version(
+        "tide-workspace-dummy", "1")
+    assert version.run_id == runs["compile"].info.run_id and version.source.startswith("models:/")
+
+
+def test_a_registered_program_loads_and_runs_in_a_fresh_process(pipeline, tmp_path):
+    (tmp_path / "load.py").write_text(LOAD_REGISTERED)
+    # A fresh shell's environment: the registry follows the tracking store (this process's MLflow set its own).
+    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_REGISTRY_URI"} | {"MLFLOW_TRACKING_URI": pipeline.uri}
     done = subprocess.run([sys.executable, "load.py", "models:/tide-workspace-dummy/1", str(Path(__file__).parent)],
-                          cwd=elsewhere, capture_output=True, text=True, env=env, timeout=300)
+                          cwd=tmp_path, capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(done.stdout.strip().splitlines()[-1])
     assert report == {"kind": "TIDE", "findings": 4, "instruction": "Compiled instruction.", "backbone": "dummy"}
@@ -294,10 +394,16 @@ def test_cli_distill_writes_nothing_when_no_template_passes_the_check(tmp_path, 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("TIDE_DATA", str(data_root))
     dspy.configure(lm=DummyLM([leaky, leaky]))
-    code = main(["distill", "--setting", "workspace", "--backbone", "dummy", "--max-cases", "1", "--attempts", "2",
+    code = main(["distill", "--setting", "workspace", "--backbone", "dummy", "--max-cases", "1", "--max-attempts", "2",
                  "--no-track"])
     captured = capsys.readouterr()
     assert code == 1
     assert "0 passed the abstraction check, 1 failed and were dropped" in captured.out
     assert "no template passed the abstraction check" in captured.err
     assert not (tmp_path / "programs" / "workspace" / "dummy" / "templates.json").exists()
+
+
+def test_cli_distill_reads_attempts_as_max_attempts():
+    from tide_dspy.cli.main import build_parser
+
+    assert build_parser().parse_args(["distill", "--setting", "workspace", "--attempts", "2"]).max_attempts == 2

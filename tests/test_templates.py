@@ -75,7 +75,7 @@ EMPTY = {"template": {"name": "", "pattern": "", "evidence_flow": []}}
 def test_refine_retries_with_the_leaked_tokens_as_hint_until_the_check_passes(workspace_instance):
     problem = workspace_instance.problems[0]  # the PO-58-3301 case
     lm = DummyLM([LEAKY, ABSTRACT])
-    outcome = distill_one(Distiller("workspace"), workspace_instance, problem, attempts=3, lm=lm)
+    outcome = distill_one(Distiller("workspace"), workspace_instance, problem, max_attempts=3, lm=lm)
     assert outcome.passed and outcome.draft.name == "Verbal approval never recorded"
     assert outcome.scores == [0.2, 1.0]  # four leaks, then none; no third attempt
     first, second = (e["messages"][-1]["content"] for e in outcome.history)
@@ -88,7 +88,7 @@ def test_templates_that_never_pass_are_dropped_and_counted(workspace_instance):
     instance = workspace_instance.model_copy(update={"problems": workspace_instance.problems[:3]})
     # case 1: leaky, leaky, abstract (kept); case 2: leaky three times (dropped); case 3: empty three times.
     lm = DummyLM([LEAKY, LEAKY, ABSTRACT, LEAKY, LEAKY, LEAKY, EMPTY, EMPTY, EMPTY])
-    library = distill_library([instance], "workspace", lm=lm, attempts=3, progress=False)
+    library = distill_library([instance], "workspace", lm=lm, max_attempts=3, progress=False)
     assert library.meta["lm_usage"]["calls"] == 9
     assert [t.source_case for t in library] == [instance.problems[0].problem_id]
     assert (library.meta["passed"], library.meta["failed"]) == (1, 2)

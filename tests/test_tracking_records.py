@@ -56,6 +56,7 @@ def commands(tmp_path_factory) -> dict[str, dict]:
                                                                        instruction="Compiled instruction.")):
         mp.chdir(tmp)
         mp.setenv("MLFLOW_TRACKING_URI", uri)
+        mp.setenv("MLFLOW_REGISTRY_URI", uri)  # mlflow writes it; set here, it is restored when the context ends
         mp.setenv("TIDE_DATA", str(FIXTURE_DATA))
         dspy.configure_cache(enable_disk_cache=False, enable_memory_cache=False)
         assert main(["distill", *common]) == 0
@@ -76,7 +77,7 @@ def test_each_command_is_one_finished_run_tagged_with_its_command(commands):
 
 def test_distill_records_its_counts_usage_failures_and_library(commands):
     run = commands["distill-workspace-dummy"]
-    assert run["params"] == COMMON_PARAMS | {"attempts", "cases", "max_templates", "merge_threshold"}
+    assert run["params"] == COMMON_PARAMS | {"max_attempts", "cases", "max_templates", "merge_threshold"}
     assert set(run["metrics"]) == USAGE_METRICS | {"capped", "cases", "draft_mean_abstraction_score", "failed",
                                                    "mean_abstraction_score", "merges", "passed", "seconds",
                                                    "templates"}

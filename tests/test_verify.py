@@ -11,6 +11,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import dspy
@@ -19,7 +20,7 @@ from dspy.utils.dummies import DummyLM
 
 from tide_dspy.cli.main import main
 from tide_dspy.data.candidates import parse_candidates, python_files
-from tide_dspy.product import discover_repository, write_report
+from tide_dspy.product import DiscoverResult, discover_repository, write_report
 from tide_dspy.product.verify import (
     BREAKS,
     FLAGGED,
@@ -106,8 +107,7 @@ def run_git(cwd: Path, *args: str) -> str:
                           check=True, capture_output=True, text=True).stdout
 
 
-@pytest.fixture
-def repo(tmp_path) -> Path:
+def make_repo(tmp_path: Path) -> Path:
     """The fixture repository as a real git repository, plus an untracked file, an ignored file and a link out."""
     root = tmp_path / "repo"
     shutil.copytree(FIXTURE, root, ignore=shutil.ignore_patterns("__pycache__"))
@@ -120,6 +120,11 @@ def repo(tmp_path) -> Path:
     (tmp_path / "outside.txt").write_text("outside the tree\n")
     os.symlink(tmp_path / "outside.txt", root / "link_out")
     return root
+
+
+@pytest.fixture
+def repo(tmp_path) -> Path:
+    return make_repo(tmp_path)
 
 
 def tree_digest(root: Path) -> str:
@@ -162,47 +167,133 @@ def scratch(tmp_path, monkeypatch) -> Path:
 
 # ---- the run ----
 
-@needs_bwrap
-def test_verify_classifies_each_patch_and_leaves_the_tree_untouched(repo, scratch, tmp_path):
+@dataclass
+class VerifiedRun:
+    """A discovery with --verify over FOUR_FINDINGS (a fix, a breaking patch, a stale one, a hanging one)."""
+
+    before: tuple[str, str]  # tree digest and git status of the repository before the run
+    after: tuple[str, str]
+    left_in_scratch: list[Path]  # what the run left in the temporary directory
+    result: DiscoverResult
+    lines: list[str]  # progress
+    paths: dict[str, Path]  # write_report's files
+
+    def verification(self, description: str):
+        return {f.description: v for f, v in zip(self.result.findings, self.result.verifications)}[description]
+
+
+@pytest.fixture(scope="module")
+def verified(tmp_path_factory) -> VerifiedRun:
+    root = tmp_path_factory.mktemp("verified")
+    repo = make_repo(root)
+    scratch = root / "scratch"
+    scratch.mkdir()
     before = (tree_digest(repo), porcelain(repo))
     lm = DummyLM([{"findings": json.dumps(FOUR_FINDINGS)}, {"findings": "[]"}])
     lines = []
-    result = discover_repository(repo, lm=lm, backbone="none-shipped", per_round=4, verify=PYTEST,
-                                 verify_timeout=6, progress=lines.append)
-    assert (tree_digest(repo), porcelain(repo)) == before
-    assert list(scratch.iterdir()) == []  # every temporary copy is gone
+    dspy.configure_cache(enable_disk_cache=False, enable_memory_cache=False)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(tempfile, "tempdir", str(scratch))
+        result = discover_repository(repo, lm=lm, backbone="none-shipped", per_round=4, verify=PYTEST,
+                                     verify_timeout=6, progress=lines.append)
+    after = (tree_digest(repo), porcelain(repo))
+    left = list(scratch.iterdir())
+    return VerifiedRun(before, after, left, result, lines, write_report(result, root / "out"))
 
-    by_description = {f.description: v for f, v in zip(result.findings, result.verifications)}
-    fix = by_description["mean divides by n - 1"]
+
+@needs_bwrap
+def test_verify_leaves_the_tree_untouched(verified):
+    assert verified.after == verified.before
+
+
+@needs_bwrap
+def test_verify_removes_every_temporary_copy(verified):
+    assert verified.left_in_scratch == []
+
+
+@needs_bwrap
+def test_a_patch_that_fixes_a_failing_test_is_verified(verified):
+    fix = verified.verification("mean divides by n - 1")
     assert fix.status == VERIFIED and fix.label == "verified: fixes 1, breaks 0"
     assert fix.fixed == ["tests.test_ops::test_mean"] and fix.broken == []
-    breaks = by_description["clamp bounds look swapped"]
+
+
+@needs_bwrap
+def test_a_patch_that_breaks_a_passing_test_is_marked_breaks(verified):
+    breaks = verified.verification("clamp bounds look swapped")
     assert breaks.status == BREAKS and breaks.broken == ["tests.test_ops::test_clamp"] and breaks.fixed == []
-    stale = by_description["shout lower-cases"]
+
+
+@needs_bwrap
+def test_a_patch_that_does_not_apply_is_not_run(verified):
+    stale = verified.verification("shout lower-cases")
     assert stale.status == NOT_RUN and stale.label == "not run: does not apply"
-    loop = by_description["whisper should wait for input"]
+
+
+@needs_bwrap
+def test_a_patch_whose_tests_hang_times_out(verified):
+    loop = verified.verification("whisper should wait for input")
     assert loop.status == TIMED_OUT and 5 < loop.seconds < 30
 
-    # Ordered by verification status: the fix first, the known-bad patches last.
-    assert [v.status for v in result.verifications] == [VERIFIED, NOT_RUN, BREAKS, TIMED_OUT]
-    assert result.verify["left_out"] == ["link_out"]
-    assert result.verify["baseline"]["outcomes"] == {"tests.test_ops::test_mean": "failed",
-                                                     "tests.test_ops::test_clamp": "passed",
-                                                     "tests.test_text::test_whisper": "passed"}
-    assert any(line.startswith("verify: baseline exit 1, 1 failed, 2 passed") for line in lines)
-    assert "done: 4 findings, 3/4 patches apply, 1/3 tested patches fix a test" in lines[-1]
 
-    paths = write_report(result, tmp_path / "out")
-    md = paths["report.md"].read_text()
-    assert md.count("Tests: **verified") == 1  # an unverified patch is never shown as a fix
+@needs_bwrap
+def test_findings_are_ordered_by_verification_status(verified):
+    # The fix first, the known-bad patches last.
+    assert [v.status for v in verified.result.verifications] == [VERIFIED, NOT_RUN, BREAKS, TIMED_OUT]
+
+
+@needs_bwrap
+def test_what_the_copy_leaves_out_is_listed(verified):
+    assert verified.result.verify["left_out"] == ["link_out"]
+
+
+@needs_bwrap
+def test_the_baseline_outcome_of_each_test_is_recorded(verified):
+    assert verified.result.verify["baseline"]["outcomes"] == {"tests.test_ops::test_mean": "failed",
+                                                              "tests.test_ops::test_clamp": "passed",
+                                                              "tests.test_text::test_whisper": "passed"}
+
+
+@needs_bwrap
+def test_the_progress_reports_the_baseline(verified):
+    assert any(line.startswith("verify: baseline exit 1, 1 failed, 2 passed") for line in verified.lines)
+
+
+@needs_bwrap
+def test_the_last_progress_line_counts_applied_and_fixing_patches(verified):
+    assert "done: 4 findings, 3/4 patches apply, 1/3 tested patches fix a test" in verified.lines[-1]
+
+
+@needs_bwrap
+def test_the_report_shows_only_the_verified_patch_as_a_fix(verified):
+    md = verified.paths["report.md"].read_text()
+    assert md.count("Tests: **verified") == 1
     assert "Tests: **verified: fixes 1, breaks 0 (" in md and "fixed: tests.test_ops::test_mean" in md
+
+
+@needs_bwrap
+def test_the_report_shows_broken_timed_out_and_unrun_patches(verified):
+    md = verified.paths["report.md"].read_text()
     assert "Tests: **breaks tests (" in md and "broke: tests.test_ops::test_clamp" in md
     assert "Tests: **timed out (" in md and "Tests: **not run: does not apply**" in md
+
+
+@needs_bwrap
+def test_the_report_lists_the_verified_fix_first(verified):
+    md = verified.paths["report.md"].read_text()
     assert md.index("mean divides by n - 1") < md.index("clamp bounds look swapped")
-    data = json.loads(paths["findings.json"].read_text())
+
+
+@needs_bwrap
+def test_findings_json_carries_each_verification_and_the_command(verified):
+    data = json.loads(verified.paths["findings.json"].read_text())
     assert [f["verification"]["status"] for f in data["findings"]] == [VERIFIED, NOT_RUN, BREAKS, TIMED_OUT]
     assert data["verify"]["command"] == PYTEST
-    assert "class='applies'>verified: fixes 1" in paths["report.html"].read_text()
+
+
+@needs_bwrap
+def test_report_html_shows_the_verification(verified):
+    assert "class='applies'>verified: fixes 1" in verified.paths["report.html"].read_text()
 
 
 @needs_bwrap

@@ -82,7 +82,7 @@ class DiscoveryProgram(dspy.Module):
         guidance: str = "templates",
         max_rounds: int | None = None,
         per_round: int | None = None,
-        max_retries: int = 2,
+        max_attempts: int = 3,
         dedup_threshold: float = 80.0,
         max_evidence: int | None = None,
         context_order_seed: int | None = None,
@@ -103,6 +103,8 @@ class DiscoveryProgram(dspy.Module):
         per_round = self.setting.per_round if per_round is None else per_round
         if max_rounds < 1 or per_round < 1:
             raise ValueError(f"max_rounds and per_round must be >= 1, got {max_rounds} and {per_round}")
+        if max_attempts < 1:
+            raise ValueError(f"max_attempts (calls per round, the first included) must be >= 1, got {max_attempts}")
         if max_evidence is not None and max_evidence < 1:
             raise ValueError(f"max_evidence must be >= 1 (or None for the setting's default), got {max_evidence}")
         self.templates = list(templates or [])
@@ -110,7 +112,7 @@ class DiscoveryProgram(dspy.Module):
         self.guidance = guidance
         self.max_rounds = max_rounds
         self.per_round = per_round
-        self.max_retries = max_retries
+        self.max_attempts = max_attempts
         self.dedup_threshold = dedup_threshold
         self.max_evidence = max_evidence or self.setting.max_evidence
         self.context_order_seed = context_order_seed
@@ -138,7 +140,7 @@ class DiscoveryProgram(dspy.Module):
             guidance=self.guidance,
             max_rounds=self.max_rounds,
             per_round=self.per_round,
-            max_retries=self.max_retries,
+            max_attempts=self.max_attempts,
             dedup_threshold=self.dedup_threshold,
             max_evidence=self.max_evidence,
             context_order_seed=self.context_order_seed,
@@ -232,11 +234,11 @@ class DiscoveryProgram(dspy.Module):
             return list(pred.findings or [])[:max_new]
 
         def unparseable(i: int, error: str) -> None:
-            log.warning("round output unparseable (attempt %d/%d): %s", i + 1, self.max_retries + 1, error)
+            log.warning("round output unparseable (attempt %d/%d): %s", i + 1, self.max_attempts, error)
 
         try:
             # Each retry is a fresh sample (tide_dspy.retry): it must not replay the output that failed to parse.
-            tried = call_with_retries(attempt, self.max_retries + 1, lm=lm, rollout=rollout, temperature=temperature,
+            tried = call_with_retries(attempt, self.max_attempts, lm=lm, rollout=rollout, temperature=temperature,
                                       retry_temperature=RETRY_TEMPERATURE, retry_on=AdapterParseError,
                                       error_chars=ERROR_CHARS, on_failure=unparseable)
             out.drafts, out.error = (tried.value, None) if tried.ok else ([], tried.errors[-1])

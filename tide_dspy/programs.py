@@ -47,7 +47,8 @@ MODEL_URI_SCHEMES = ("models:/", "runs:/")
 
 # Saved config values are bounded: a program file may come from anywhere, and it sets how many LM calls a run makes.
 CONFIG_BOUNDS: dict[str, tuple[float, float]] = {
-    "max_rounds": (1, 100), "per_round": (1, 100), "max_retries": (0, 10), "dedup_threshold": (0, 100),
+    "max_rounds": (1, 100), "per_round": (1, 100), "max_attempts": (1, 11), "max_retries": (0, 10),
+    "dedup_threshold": (0, 100),
     "temperature": (0, 2), "max_evidence": (1, 50), "n_findings": (1, 1000), "evidence_size": (1, 50),
     "focus_size": (1, 200),
 }
@@ -56,6 +57,9 @@ SEED_KEYS = ("context_order_seed", "seed")
 CONFIG_KEYS = frozenset({"kind", "setting", "guidance", "templates", "demos", "scan", "scan_templates", *CONFIG_BOUNDS,
                          *SEED_KEYS})
 STATE_KEYS = frozenset({"metadata", "tide_config", "tide_extra"})
+# A saved config may count a round's calls as `max_retries`, the calls after the first; it is read as
+# max_attempts = max_retries + 1 (see with_max_attempts).
+RETRIES_KEY = "max_retries"
 
 
 def _as_templates(templates) -> list[Template]:
@@ -74,7 +78,7 @@ def build_program(method: str, setting: str | Setting, templates=None, demos: li
                   **config) -> DiscoveryProgram:
     """A fresh program. `templates`: a TemplateLibrary, a list of Templates, or a library JSON path.
 
-    `config` overrides the setting's defaults (max_rounds, per_round, max_retries, dedup_threshold, and
+    `config` overrides the setting's defaults (max_rounds, per_round, max_attempts, dedup_threshold, and
     temperature for multi, max_findings for single). Keys set to None are ignored.
     """
     if method not in METHODS:
@@ -153,7 +157,8 @@ def fetch_program_file(uri: str) -> Path:
 
 
 def check_config(config, path: Path) -> dict:
-    """A saved tide_config that names only known keys, has kind and setting, and keeps its numbers in bounds."""
+    """A saved tide_config that names only known keys, has kind and setting, and keeps its numbers in bounds,
+    returned with a round's calls as `max_attempts` (with_max_attempts)."""
     fix = "save the program again (tide compile, or tide_dspy.save_program)"
     if not isinstance(config, dict):
         raise ValueError(f"{path}: 'tide_config' must be an object, not {type(config).__name__}; {fix}")
@@ -176,6 +181,29 @@ def check_config(config, path: Path) -> dict:
     for key in ("templates", "demos"):
         if not isinstance(config.get(key, []), list):
             raise ValueError(f"{path}: tide_config.{key} must be a list; {fix}")
+    if RETRIES_KEY in config and "max_attempts" in config:
+        raise ValueError(f"{path}: tide_config has both max_attempts and {RETRIES_KEY}; keep max_attempts; {fix}")
+    return with_max_attempts(config)
+
+
+def with_max_attempts(config: dict) -> dict:
+    """`config` with a round's calls as `max_attempts`, the first call included: a `max_retries` it carries (the
+    calls after the first) becomes max_attempts = max_retries + 1. Other keys are kept as they are."""
+    if RETRIES_KEY not in config:
+        return config
+    config = dict(config)
+    retries = config.pop(RETRIES_KEY)
+    number = isinstance(retries, (int, float)) and not isinstance(retries, bool)
+    config["max_attempts"] = retries + 1 if number else retries
+    return config
+
+
+def with_max_retries(config: dict) -> dict:
+    """`config` written as with_max_attempts reads it: max_attempts as max_retries = max_attempts - 1."""
+    if "max_attempts" not in config:
+        return config
+    config = dict(config)
+    config[RETRIES_KEY] = config.pop("max_attempts") - 1
     return config
 
 
@@ -185,7 +213,7 @@ def read_program_state(path_or_uri: str | Path) -> tuple[dict, Path]:
     state = read_json_file(path, "no saved program here (make one with `tide compile` or save_program)")
     if not isinstance(state, dict) or "tide_config" not in state:
         raise ValueError(f"{path}: no 'tide_config' in this state file; it was not saved by tide_dspy.save_program")
-    check_config(state["tide_config"], path)
+    state["tide_config"] = check_config(state["tide_config"], path)
     return state, path
 
 

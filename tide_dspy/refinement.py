@@ -123,8 +123,8 @@ class Refined:
         return self.report is not None and self.report.passed
 
 
-def refine_template(distiller: dspy.Module, instance, problem, *, attempts: int, lm=None) -> Refined:
-    """Distill one solved case with up to `attempts` tries under dspy.Refine (threshold: fully abstract).
+def refine_template(distiller: dspy.Module, instance, problem, *, max_attempts: int, lm=None) -> Refined:
+    """Distill one solved case with up to `max_attempts` tries under dspy.Refine (threshold: fully abstract).
 
     Never raises for what the LM writes: an attempt that fails to parse is one of the attempts, and a case whose
     every attempt fails is returned with the error.
@@ -135,7 +135,7 @@ def refine_template(distiller: dspy.Module, instance, problem, *, attempts: int,
         raise ValueError("no LM: pass lm= or configure one with dspy.context(lm=...)")
     module.set_lm(backbone)
     reward = AbstractionReward(distiller.setting)
-    refine = dspy.Refine(module=module, N=attempts, reward_fn=reward, threshold=1.0)
+    refine = dspy.Refine(module=module, N=max_attempts, reward_fn=reward, threshold=1.0)
     advice_lm = dspy.LM(ADVICE_MODEL, engine=CheckAdviceEngine(reward, [n for n, _ in module.named_predictors()]),
                         cache=False)
     try:

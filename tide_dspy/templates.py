@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_MERGE_THRESHOLD = 80.0
 DEFAULT_MAX_TEMPLATES = 32  # the paper's libraries hold a few dozen; this many fit the small backbones' context
-DEFAULT_ATTEMPTS = 3
+DEFAULT_MAX_ATTEMPTS = 3
 
 
 def template_id(setting: str | Setting, number: int, total: int = 0) -> str:
@@ -173,15 +173,17 @@ def _near_duplicate(a: Template, b: Template, threshold: float) -> bool:
     return similar(a.name, b.name) and similar(a.pattern, b.pattern)
 
 
-def distill_one(distiller: Distiller, instance: Instance, problem: GoldProblem, attempts: int = DEFAULT_ATTEMPTS,
+def distill_one(distiller: Distiller, instance: Instance, problem: GoldProblem,
+                max_attempts: int = DEFAULT_MAX_ATTEMPTS,
                 lm: dspy.LM | None = None) -> Refined:
     """One solved case -> its best draft under dspy.Refine, checked for abstraction (see tide_dspy.refinement)."""
-    if attempts < 1:
-        raise ValueError(f"attempts must be >= 1, got {attempts}")
-    outcome = refine_template(distiller, instance, problem, attempts=attempts, lm=lm)
+    if max_attempts < 1:
+        raise ValueError(f"max_attempts must be >= 1, got {max_attempts}")
+    outcome = refine_template(distiller, instance, problem, max_attempts=max_attempts, lm=lm)
     if not outcome.passed:
         why = outcome.error or "; ".join(str(lk) for lk in outcome.report.leaks)
-        log.warning("distillation of %s dropped after %d attempt(s): %s", problem.problem_id, attempts, why[:300])
+        log.warning("distillation of %s dropped after %d attempt(s): %s", problem.problem_id, max_attempts,
+                    why[:300])
     return outcome
 
 
@@ -190,7 +192,7 @@ def distill_library(
     setting: str | Setting,
     *,
     distiller: Distiller | None = None,
-    attempts: int = DEFAULT_ATTEMPTS,
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
     merge_threshold: float | None = DEFAULT_MERGE_THRESHOLD,
     max_templates: int | None = DEFAULT_MAX_TEMPLATES,
     progress: bool = True,
@@ -212,7 +214,7 @@ def distill_library(
     templates, failures, checks, best_scores, entries = [], [], {}, [], []
     bar = tqdm(cases, desc=f"distill {setting.name}", unit="case", disable=not progress)
     for instance, problem in bar:
-        outcome = distill_one(distiller, instance, problem, attempts, lm=lm)
+        outcome = distill_one(distiller, instance, problem, max_attempts, lm=lm)
         entries += outcome.history
         best_scores.append(outcome.report.score if outcome.report else 0.0)
         if outcome.passed:
@@ -235,7 +237,7 @@ def distill_library(
         bar.set_postfix(passed=len(templates), failed=len(failures))
     library = TemplateLibrary(templates, setting.name, {
         "cases": len(cases), "passed": len(templates), "failed": len(failures), "failures": failures,
-        "attempts": attempts,
+        "max_attempts": max_attempts,
     })
     library.meta["merges"] = library.merge_near_duplicates(merge_threshold) if merge_threshold is not None else 0
     library.meta["capped"] = library.cap(max_templates) if max_templates is not None else []

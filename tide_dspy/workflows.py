@@ -148,7 +148,7 @@ def cap_cases(instances: list[Instance], max_cases: int) -> list[Instance]:
 
 
 def distill(selection: Selection, *, lm: LMSource, backbone: str, judge: str = "proxy", programs: str = "programs",
-            max_cases: int | None = None, attempts: int = 3, merge_threshold: float = 80.0, max_templates: int = 32,
+            max_cases: int | None = None, max_attempts: int = 3, merge_threshold: float = 80.0, max_templates: int = 32,
             tracking: Tracking = Tracking()) -> DistillResult:
     """Distill a template library from the solved problems of `selection` into programs/<setting>/<backbone>/."""
     from tide_dspy.templates import distill_library, solved_cases
@@ -160,10 +160,10 @@ def distill(selection: Selection, *, lm: LMSource, backbone: str, judge: str = "
     lm = _lm(lm)
     out = program_dir(setting, backbone, root=programs) / "templates.json"
     params = {**_base_params(selection, instances, lm, judge), "merge_threshold": merge_threshold,
-              "attempts": attempts, "max_templates": max_templates, "cases": len(solved_cases(instances))}
+              "max_attempts": max_attempts, "max_templates": max_templates, "cases": len(solved_cases(instances))}
     with _track("distill", selection, backbone, tracking, params, {}) as run:
-        library = distill_library(instances, setting, lm=lm, attempts=attempts, merge_threshold=merge_threshold,
-                                  max_templates=max_templates)
+        library = distill_library(instances, setting, lm=lm, max_attempts=max_attempts,
+                                  merge_threshold=merge_threshold, max_templates=max_templates)
         seconds = run.seconds()
         library.meta.update(backbone=backbone, dataset_hash=dataset_hash(instances), seconds=seconds)
         meta, scores = library.meta, library.meta["abstraction"]
@@ -373,7 +373,7 @@ def tune_and_save(selection: Selection, *, lm: LMSource, backbone: str, trials: 
 
 # ---- evaluate ----
 
-class Verification(BaseModel):
+class RepoVerification(BaseModel):
     """--verify-repo: run each gold problem's tests with the matched finding's patch in a clone (repository only)."""
 
     repo: str | None = None
@@ -427,7 +427,7 @@ def evaluate_split(selection: Selection, *, lm: LMSource, backbone: str, program
                    method: str | None = None, shape: ProgramShape = ProgramShape(), templates: str | None = None,
                    programs: str = "programs", demos: int = 3, judge: str = "proxy", workers: int = 1,
                    out: str | Path | None = None, resume: bool = False, fresh: bool = False,
-                   verification: Verification = Verification(), check_out: Callable[[Path], Any] | None = None,
+                   verification: RepoVerification = RepoVerification(), check_out: Callable[[Path], Any] | None = None,
                    limits: Limits = Limits(), tracking: Tracking = Tracking()) -> EvaluationRun:
     """Score a saved `program` (path or models:/ URI) or a fresh `method` on `selection`, one row per instance in
     `out` (default runs/<setting>/<backbone>/<method>-<split>/results.jsonl). `check_out(folder)` vets the output

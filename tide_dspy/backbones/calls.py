@@ -40,14 +40,15 @@ class RetryPolicy:
     per-minute limit has reset before they run out, and the jitter spreads `--workers` threads that were refused
     together. A Retry-After longer than `longest_wait` (a daily quota) ends the retries at once."""
 
-    retries: int = 8
+    num_retries: int = 8
     base: float = 1.0
     cap: float = 60.0
     longest_wait: float = 600.0
 
     def __post_init__(self):
-        if self.retries < 0:
-            raise ValueError(f"retries must be at least 0, got {self.retries} (--num-retries / TIDE_NUM_RETRIES)")
+        if self.num_retries < 0:
+            raise ValueError(f"num_retries must be at least 0, got {self.num_retries} "
+                             "(--num-retries / TIDE_NUM_RETRIES)")
 
     def delay(self, attempt: int, retry_after: float | None, rng: random.Random) -> float:
         if retry_after is not None:
@@ -57,7 +58,7 @@ class RetryPolicy:
 
     def least_total_wait(self) -> float:
         """The shortest time all retries wait together when the provider sends no Retry-After."""
-        return sum(min(self.cap, self.base * 2 ** n) / 2 for n in range(self.retries))
+        return sum(min(self.cap, self.base * 2 ** n) / 2 for n in range(self.num_retries))
 
 
 def _retry_after(exc: BaseException) -> float | None:
@@ -80,7 +81,7 @@ class _Retrier:
 
     def wait_for(self, exc: BaseException, attempt: int) -> float | None:
         """Seconds to wait before the next attempt, or None when `exc` ends the call."""
-        if attempt >= self.policy.retries or not is_retryable_lm_error(exc):
+        if attempt >= self.policy.num_retries or not is_retryable_lm_error(exc):
             return None
         hint = _retry_after(exc)
         if hint is not None and hint > self.policy.longest_wait:
@@ -89,8 +90,8 @@ class _Retrier:
             return None
         with self.lock:
             seconds = self.policy.delay(attempt, hint, self.rng)
-        logger.warning("%s: %s; retry %d of %d in %.1f s%s", self.label, _why(exc), attempt + 1, self.policy.retries,
-                       seconds, " (the provider's Retry-After)" if hint is not None else "")
+        logger.warning("%s: %s; retry %d of %d in %.1f s%s", self.label, _why(exc), attempt + 1,
+                       self.policy.num_retries, seconds, " (the provider's Retry-After)" if hint is not None else "")
         return seconds
 
     def run(self, call: Callable[[], Any]) -> Any:
@@ -175,5 +176,5 @@ class ProviderLM(dspy.LM):
         loader drops a saved LM anyway: a program runs on the LM its caller builds)."""
         state = super().dump_state()
         state[LM_CLASS_STATE_KEY] = "dspy.clients.lm.LM"
-        state["num_retries"] = self.retry_policy.retries
+        state["num_retries"] = self.retry_policy.num_retries
         return state

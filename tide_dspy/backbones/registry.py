@@ -145,7 +145,7 @@ def provider_address(backbone: Backbone, api_base: str | None) -> tuple[str | No
 
 
 def retry_policy(num_retries: int | None) -> RetryPolicy:
-    return RetryPolicy(retries=_pick(num_retries, "TIDE_NUM_RETRIES", int, RetryPolicy.retries))
+    return RetryPolicy(num_retries=_pick(num_retries, "TIDE_NUM_RETRIES", int, RetryPolicy.num_retries))
 
 
 def _positive(value: float | None, what: str) -> float | None:

@@ -6,7 +6,7 @@ import argparse
 
 from tide_dspy.backbones import add_lm_options
 from tide_dspy.domains import SETTING_NAMES
-from tide_dspy.util.argtypes import count, positive_int
+from tide_dspy.util.argtypes import positive_int
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -39,7 +39,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     gen.add_argument("--out", required=True, help="output JSONL, in the shared workspace format")
     gen.add_argument("--split", default="test", help="split label written on each workspace")
     gen.add_argument("--seed", type=int, default=0, help="seed for personas and ids")
-    gen.add_argument("--retries", type=count, default=3, help="attempts per step on malformed LM output")
+    gen.add_argument("--max-attempts", type=positive_int, default=3,
+                     help="attempts per step on malformed LM output, the first included")
     gen.set_defaults(func=run_generate_workspace)
 
 
@@ -77,6 +78,6 @@ def run_generate_workspace(args: argparse.Namespace) -> int:
 
     lm = lm_from_options(LMOptions.from_namespace(args))
     written = generate_workspaces(lm, n=args.n, out=args.out, split=args.split, seed=args.seed,
-                                  retries=args.retries)
+                                  max_attempts=args.max_attempts)
     print(f"wrote {written} workspace(s) to {args.out}")
     return 0

@@ -33,9 +33,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     d = subparsers.add_parser("distill", help="distill a template library from solved training problems")
     add_data_options(d, "train")
     d.add_argument("--max-cases", type=positive_int, default=None, help="at most N solved problems")
-    d.add_argument("--attempts", type=positive_int, default=3,
-                   help="dspy.Refine attempts per case until the abstraction check passes; a template that still "
-                        "fails is dropped and counted (default: 3)")
+    d.add_argument("--max-attempts", type=positive_int, default=3,
+                   help="dspy.Refine attempts per case (its N, the first included) until the abstraction check "
+                        "passes; a template that still fails is dropped and counted (default: 3)")
+    # The spelling of --max-attempts in the commands that shipped programs' provenance records.
+    d.add_argument("--attempts", type=positive_int, dest="max_attempts", help=argparse.SUPPRESS)
     d.add_argument("--merge-threshold", type=percentage, default=80.0,
                    help="rapidfuzz token-set similarity (0-100) of name and of pattern at which templates merge")
     d.add_argument("--max-templates", type=positive_int, default=32,
@@ -170,7 +172,7 @@ def _shape(args: argparse.Namespace) -> workflows.ProgramShape:
 # ---- commands ----
 
 def run_distill(args: argparse.Namespace) -> int:
-    r = workflows.distill(_selection(args), max_cases=args.max_cases, attempts=args.attempts,
+    r = workflows.distill(_selection(args), max_cases=args.max_cases, max_attempts=args.max_attempts,
                           merge_threshold=args.merge_threshold, max_templates=args.max_templates, **_common(args))
     print(f"{r.templates} templates from {r.cases} solved cases: {r.passed} passed the abstraction "
           f"check, {r.failed} failed and were dropped, {r.merges} merged, {r.capped} capped; "
@@ -178,7 +180,7 @@ def run_distill(args: argparse.Namespace) -> int:
           f"in {r.seconds}s -> {r.path if r.written else 'nothing written'}")
     if not r.written:
         print(f"no template passed the abstraction check, so {r.path} is left as it was; the failures and their "
-              f"leaked tokens are logged above (try more --attempts or a larger backbone)", file=sys.stderr)
+              f"leaked tokens are logged above (try more --max-attempts or a larger backbone)", file=sys.stderr)
         return 1
     return 0
 
@@ -242,7 +244,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
         return print_estimate(workflows.estimate_split(
             _selection(args), program=args.program, method=args.method, shape=_shape(args), templates=args.templates,
             demos=args.demos, **_estimating(args)))
-    verification = workflows.Verification(repo=args.verify_repo, command=args.verify_command,
+    verification = workflows.RepoVerification(repo=args.verify_repo, command=args.verify_command,
                                           timeout=args.verify_timeout,
                                           sandbox=sandbox_options(args, args.verify_repo is not None,
                                                                   "--verify-repo DIR"))

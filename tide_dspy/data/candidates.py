@@ -15,7 +15,7 @@ import tokenize
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from tide_dspy.data.safe_files import FileScan, UnsafeFileError, read_capped, scan_files
+from tide_dspy.data.safe_files import FileListing, UnsafeFileError, list_files, read_capped
 from tide_dspy.schemas import Artifact
 
 logger = logging.getLogger(__name__)
@@ -29,12 +29,12 @@ FunctionNode = ast.FunctionDef | ast.AsyncFunctionDef
 
 def python_files(root: str | Path) -> list[str]:
     """Relative paths (posix) of every .py file under root, skipping hidden, virtualenv and build folders."""
-    return scan_python_files(root).files
+    return list_python_files(root).files
 
 
-def scan_python_files(root: str | Path) -> FileScan:
+def list_python_files(root: str | Path) -> FileListing:
     """The .py files under root that are safe to read, and those left out with the reason (see safe_files)."""
-    return scan_files(root, lambda name: name.endswith(".py"), _skipped_dir)
+    return list_files(root, lambda name: name.endswith(".py"), _skipped_dir)
 
 
 def _skipped_dir(path: Path) -> bool:

@@ -24,7 +24,7 @@ class UnsafeFileError(ValueError):
 
 
 @dataclass
-class FileScan:
+class FileListing:
     files: list[str] = field(default_factory=list)  # relative posix paths, safe to read
     skipped: list[dict[str, str]] = field(default_factory=list)  # {path, reason}
 
@@ -58,29 +58,29 @@ def matches_any(path: str, patterns: Iterable[str]) -> bool:
     return any(fnmatch.fnmatch(path, p) or path.startswith(p.rstrip("/") + "/") for p in patterns)
 
 
-def scan_files(root: str | Path, wanted: Callable[[str], bool], skip_dir: Callable[[Path], bool]) -> FileScan:
+def list_files(root: str | Path, wanted: Callable[[str], bool], skip_dir: Callable[[Path], bool]) -> FileListing:
     """Files under root whose name is `wanted`, in sorted order, minus the unsafe ones (listed in `skipped`).
 
     Folders for which `skip_dir` is true are not entered; symlinked folders are never entered (os.walk does not
     follow them), and one that points outside root is listed."""
     root = Path(root)
-    scan = FileScan()
+    listing = FileListing()
     for dirpath, dirnames, filenames in os.walk(root):
         here = Path(dirpath)
         for d in sorted(dirnames):
             if (here / d).is_symlink() and not skip_dir(here / d):
                 reason = unsafe_reason(root, here / d, MAX_FILE_BYTES)
                 if reason and "outside" in reason:
-                    scan.skipped.append({"path": (here / d).relative_to(root).as_posix(), "reason": reason})
+                    listing.skipped.append({"path": (here / d).relative_to(root).as_posix(), "reason": reason})
         dirnames[:] = sorted(d for d in dirnames if not skip_dir(here / d) and not (here / d).is_symlink())
         for name in sorted(f for f in filenames if wanted(f)):
             rel = (here / name).relative_to(root).as_posix()
             reason = unsafe_reason(root, here / name, MAX_FILE_BYTES)
             if reason is None:
-                scan.files.append(rel)
+                listing.files.append(rel)
             else:
-                scan.skipped.append({"path": rel, "reason": reason})
-    return scan
+                listing.skipped.append({"path": rel, "reason": reason})
+    return listing
 
 
 def read_capped(path: str | Path, max_bytes: int | None = None) -> bytes:

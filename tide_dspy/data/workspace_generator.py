@@ -213,10 +213,10 @@ class StepLog:
 class WorkspaceGenerator(dspy.Module):
     """One workspace per call. `on_step(step, attempts)` reports progress."""
 
-    def __init__(self, retries: int = 3, distractor_ratio: float = 7 / 3, distractor_batch: int = 8,
+    def __init__(self, max_attempts: int = 3, distractor_ratio: float = 7 / 3, distractor_batch: int = 8,
                  decoys_per_problem: int = 2):
         super().__init__()
-        self.retries = retries
+        self.max_attempts = max_attempts
         self.distractor_ratio, self.distractor_batch = distractor_ratio, distractor_batch
         self.decoys_per_problem = decoys_per_problem
         self.persona = dspy.Predict(GeneratePersona)
@@ -232,18 +232,18 @@ class WorkspaceGenerator(dspy.Module):
         log.append(record)
 
         def unusable(attempt: int, error: str) -> None:
-            logger.warning("%s: attempt %d/%d unusable: %s", name, attempt + 1, self.retries, error)
+            logger.warning("%s: attempt %d/%d unusable: %s", name, attempt + 1, self.max_attempts, error)
 
         # Any adapter/LM failure counts as malformed output; each retry is a fresh sample (tide_dspy.retry).
         tried = call_with_retries(lambda config: predictor(**inputs, config=config) if config else predictor(**inputs),
-                                  self.retries, lm=predictor.lm or dspy.settings.lm, check=check, error_chars=200,
+                                  self.max_attempts, lm=predictor.lm or dspy.settings.lm, check=check, error_chars=200,
                                   on_failure=unusable)
         record.attempts, record.errors = tried.attempts, tried.errors
         if tried.ok:
             if on_step:
                 on_step(name, record.attempts)
             return tried.value
-        raise GenerationError(f"{name}: no usable output after {self.retries} attempts ({record.errors[-1]})")
+        raise GenerationError(f"{name}: no usable output after {self.max_attempts} attempts ({record.errors[-1]})")
 
     def forward(self, role_hint: str, today: str, n_problems: int, instance_seed: str, split: str = "test",
                 on_step: Callable[[str, int], None] | None = None) -> dspy.Prediction:
@@ -342,14 +342,14 @@ def assemble_record(seed: str, split: str, today: str, persona: PersonaDraft, wo
 
 
 def generate_workspaces(lm: dspy.LM, n: int, out: str | Path, split: str = "test", seed: int = 0,
-                        retries: int = 3, progress: Callable[[str], None] | None = print,
+                        max_attempts: int = 3, progress: Callable[[str], None] | None = print,
                         generator: WorkspaceGenerator | None = None, problems: tuple[int, int] = (4, 6)) -> int:
     """Generate `n` workspaces into `out` (JSONL), validating each; returns how many were written.
 
-    A workspace whose step fails after `retries` attempts, or whose record does not validate, is reported
+    A workspace whose step fails after `max_attempts` attempts, or whose record does not validate, is reported
     through `progress` and the log, and skipped.
     """
-    generator = generator or WorkspaceGenerator(retries=retries)
+    generator = generator or WorkspaceGenerator(max_attempts=max_attempts)
     rng = random.Random(seed)
     out = write_text(out, "")  # each workspace is appended as it is generated
     written = 0

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import icalendar
 
-from tide_dspy.data.safe_files import FileScan, matches_any, read_capped, scan_files
+from tide_dspy.data.safe_files import FileListing, list_files, matches_any, read_capped
 from tide_dspy.schemas import Artifact
 from tide_dspy.util.hashing import short_sha256
 
@@ -295,9 +295,9 @@ READERS = {
 }
 
 
-def workspace_files(root: Path) -> FileScan:
+def workspace_files(root: Path) -> FileListing:
     """Relative posix paths of every non-hidden file under root, sorted; unsafe ones are listed in `skipped`."""
-    return scan_files(root, lambda name: not name.startswith("."), lambda folder: folder.name.startswith("."))
+    return list_files(root, lambda name: not name.startswith("."), lambda folder: folder.name.startswith("."))
 
 
 def ingest_workspace(root: str | Path, *, exclude: Iterable[str] = (),
@@ -310,9 +310,10 @@ def ingest_workspace(root: str | Path, *, exclude: Iterable[str] = (),
         raise FileNotFoundError(f"{root}: not a directory; pass a folder of .eml/.mbox/.ics/.md/.txt/.csv files")
     result = IngestResult()
     exclude = list(exclude)
-    scan = workspace_files(root)
-    result.skipped.extend(Skipped(s["path"], s["reason"]) for s in scan.skipped if not matches_any(s["path"], exclude))
-    for rel in scan.files:
+    listing = workspace_files(root)
+    result.skipped.extend(Skipped(s["path"], s["reason"]) for s in listing.skipped
+                          if not matches_any(s["path"], exclude))
+    for rel in listing.files:
         if matches_any(rel, exclude):
             continue
         reader = READERS.get(Path(rel).suffix.lower())

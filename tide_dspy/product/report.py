@@ -18,7 +18,7 @@ from pathlib import Path
 from tide_dspy.domains import get_setting
 from tide_dspy.product.patches import CHECK_COMMAND, PatchCheck
 from tide_dspy.product.result import DiscoverResult
-from tide_dspy.product.verify import NOT_RUN, VERIFIED, Verification
+from tide_dspy.product.verify import NOT_RUN, VERIFIED, PatchVerification
 from tide_dspy.schemas import Finding
 from tide_dspy.util.safe_write import write_text
 from tide_dspy.util.secrets import scrub_text
@@ -70,7 +70,7 @@ def patch_status(check: PatchCheck | None) -> str | None:
     return check.status + (f": {check.reason}" if check.reason and not check.applies else "")
 
 
-def tests_status(v: Verification | None) -> str | None:
+def tests_status(v: PatchVerification | None) -> str | None:
     if v is None:
         return None
     details = [f"{what}: {', '.join(ids[:10])}" + (f" and {len(ids) - 10} more" if len(ids) > 10 else "")

@@ -7,7 +7,7 @@ from typing import Any
 
 from tide_dspy.domains import get_setting
 from tide_dspy.product.patches import PatchCheck
-from tide_dspy.product.verify import NOT_RUN, STATUS_RANK, VERIFIED, Verification
+from tide_dspy.product.verify import NOT_RUN, STATUS_RANK, VERIFIED, PatchVerification
 from tide_dspy.scan import ScanRecord
 from tide_dspy.schemas import Artifact, Finding, Instance, RoundRecord, Template
 
@@ -27,7 +27,7 @@ class DiscoverResult:
     program_source: str
     templates: list[Template] = field(default_factory=list)
     patch_checks: list[PatchCheck | None] = field(default_factory=list)  # aligned with findings
-    verifications: list[Verification | None] = field(default_factory=list)  # aligned with findings; --verify only
+    verifications: list[PatchVerification | None] = field(default_factory=list)  # aligned with findings; --verify only
     verify: dict[str, Any] = field(default_factory=dict)  # command, baseline, links left out of the copy
     rounds: list[WindowRound] = field(default_factory=list)
     scans: list[ScanRecord] = field(default_factory=list)  # one per window of a scanning program

@@ -17,15 +17,15 @@ from pathlib import Path, PurePosixPath
 
 from tide_dspy.backbones import lm_context
 from tide_dspy.data import estimate_tokens
-from tide_dspy.data.candidates import parse_candidates, scan_python_files
-from tide_dspy.data.safe_files import FileScan, matches_any
+from tide_dspy.data.candidates import list_python_files, parse_candidates
+from tide_dspy.data.safe_files import FileListing, matches_any
 from tide_dspy.discovery import DiscoveryProgram, DiscoveryState
 from tide_dspy.domains import REPOSITORY, WORKSPACE, Setting, get_setting
 from tide_dspy.product import library, windows
 from tide_dspy.product.ingest import ingest_workspace
 from tide_dspy.product.patches import DOES_NOT_APPLY, PatchChecker
 from tide_dspy.product.result import DiscoverResult, WindowRound
-from tide_dspy.product.verify import DEFAULT_RUN_TIMEOUT, DEFAULT_TOTAL_TIMEOUT, NOT_RUN, Verification, Verifier
+from tide_dspy.product.verify import DEFAULT_RUN_TIMEOUT, DEFAULT_TOTAL_TIMEOUT, NOT_RUN, PatchVerification, Verifier
 from tide_dspy.programs import build_program, load_program, program_dir
 from tide_dspy.sandbox import SandboxOptions
 from tide_dspy.scan import ScanRecord
@@ -269,9 +269,9 @@ def changed_since(root: Path, ref: str) -> set[str]:
 
 
 def select_files(root: Path, include: Iterable[str] = (), exclude: Iterable[str] = (),
-                 since: str | None = None) -> FileScan:
+                 since: str | None = None) -> FileListing:
     """The .py files to read after --include/--exclude/--since, and the selected ones left out as unsafe."""
-    scan = scan_python_files(root)
+    listing = list_python_files(root)
     include, exclude = list(include), list(exclude)
     changed = changed_since(root, since) if since else None
 
@@ -279,7 +279,7 @@ def select_files(root: Path, include: Iterable[str] = (), exclude: Iterable[str]
         return ((changed is None or path in changed) and (not include or matches_any(path, include))
                 and not matches_any(path, exclude))
 
-    return FileScan([f for f in scan.files if keep(f)], [s for s in scan.skipped if keep(s["path"])])
+    return FileListing([f for f in listing.files if keep(f)], [s for s in listing.skipped if keep(s["path"])])
 
 
 class _Collect(logging.Handler):
@@ -331,7 +331,7 @@ def verify_findings(result: DiscoverResult, verifier: Verifier, progress: Progre
     """Run the tests with each applying patch, record the outcomes, and order the findings by them."""
     for n, (f, check) in enumerate(zip(result.findings, result.patch_checks), 1):
         if check is None or not check.applies:
-            result.verifications.append(Verification(NOT_RUN, reason=check.status if check else "no patch"))
+            result.verifications.append(PatchVerification(NOT_RUN, reason=check.status if check else "no patch"))
             continue
         evidence = [a.payload["path"] for a in map(result.artifact, f.evidence) if a is not None]
         v = verifier.verify(f.patch, evidence)

@@ -51,7 +51,7 @@ DEFAULT_TOTAL_TIMEOUT = 900.0
 
 
 @dataclass(frozen=True)
-class Verification:
+class PatchVerification:
     """What running the tests with one patch showed."""
 
     status: str  # VERIFIED | NO_CHANGE | FLAGGED | BREAKS | TIMED_OUT | NOT_RUN
@@ -182,24 +182,24 @@ class Verifier:
                               f"--verify-timeout or choose a faster command")
         return self.baseline
 
-    def verify(self, patch: str | None, evidence: list[str] | None = None) -> Verification:
+    def verify(self, patch: str | None, evidence: list[str] | None = None) -> PatchVerification:
         """The outcome of the tests with `patch`; `evidence`: the files of its finding (None: not checked)."""
         if self.baseline is None:
             raise RuntimeError("run_baseline() first")
         if not patch or not patch.strip():
-            return Verification(NOT_RUN, reason="no patch")
+            return PatchVerification(NOT_RUN, reason="no patch")
         concerns = patch_concerns(patch, evidence)
         left = min(self.run_timeout, self._time_left())
         if left <= 1:
-            return Verification(NOT_RUN, reason="the total --verify time limit was used up", concerns=concerns)
+            return PatchVerification(NOT_RUN, reason="the total --verify time limit was used up", concerns=concerns)
         with self.pristine.copy() as snap:
             try:
                 snap.apply(patch, recount=True)
             except RuntimeError as exc:
-                return Verification(NOT_RUN, reason=f"the patch does not apply ({exc})"[:500], concerns=concerns)
+                return PatchVerification(NOT_RUN, reason=f"the patch does not apply ({exc})"[:500], concerns=concerns)
             run = self._run(snap, left)
         if run.timed_out:
-            return Verification(TIMED_OUT, seconds=run.seconds, reason=f"killed after {run.seconds:.1f} s",
+            return PatchVerification(TIMED_OUT, seconds=run.seconds, reason=f"killed after {run.seconds:.1f} s",
                                 output_bytes=run.output_bytes, concerns=concerns)
         base = self.baseline.checks(self.command)
         fixed, broken = classify(
@@ -208,6 +208,6 @@ class Verifier:
         status = VERIFIED if fixed else BREAKS if broken else NO_CHANGE
         if concerns and status != BREAKS:
             status = FLAGGED
-        return Verification(status, fixed=fixed, broken=broken, seconds=run.seconds, returncode=run.returncode,
+        return PatchVerification(status, fixed=fixed, broken=broken, seconds=run.seconds, returncode=run.returncode,
                             reason="" if run.passed else run.output[-2000:], output_bytes=run.output_bytes,
                             concerns=concerns)
