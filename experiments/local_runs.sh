@@ -6,6 +6,9 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 B="${TIDE_BACKBONE:-local-small}"
+# llama.cpp threads of the 1.5B steps. Under CPU contention one thread runs faster than two: two threads wait
+# on each other at every barrier whenever the scheduler takes one away.
+THREADS="${TIDE_THREADS:-2}"
 LOG=experiments/results/logs
 mkdir -p "$LOG"
 export MLFLOW_TRACKING_URI="${MLFLOW_TRACKING_URI:-sqlite:///mlflow.db}"
@@ -99,7 +102,7 @@ print(shlex.join(kept + ["--out", sys.argv[2], "--floors-only"]))' "$meta" "$dir
         eval step "floors-$(basename "$dir")" python experiments/run.py "$again"
       done ;;
     compile-local-repo)  # the scan instruction against scan recall@8 on the train split's small instances
-      step compile-repository-local-copro tide compile --setting repository --backbone local --threads 2 \
+      step compile-repository-local-copro tide compile --setting repository --backbone local --threads "$THREADS" \
         --split train --max-context-tokens 5000 --scan 8 --metric scan-recall --optimizer copro \
         --opt init.breadth=2 --opt init.depth=1 --judge proxy ;;
     heldout-repo|heldout-ws)  # uncompiled and compiled side by side on the test split; TIDE_SHUFFLE=SEED shuffles
@@ -116,18 +119,18 @@ print(shlex.join(kept + ["--out", sys.argv[2], "--floors-only"]))' "$meta" "$dir
           --out "experiments/results/compile-workspace-local$tag"
       fi ;;
     compile-local-ws)  # the round instruction, T=1, on the two train workspaces (one to train, one held out)
-      step compile-workspace-local-copro tide compile --setting workspace --backbone local --threads 2 \
+      step compile-workspace-local-copro tide compile --setting workspace --backbone local --threads "$THREADS" \
         --split train --rounds 1 --metric retrieval-f1 --optimizer copro --opt init.breadth=2 --opt init.depth=1 \
         --judge proxy ;;
     compile-miprov2-repo)  # MIPROv2, instruction only, same data and metric; its program is kept apart
-      step compile-repository-local-miprov2 tide compile --setting repository --backbone local --threads 2 \
+      step compile-repository-local-miprov2 tide compile --setting repository --backbone local --threads "$THREADS" \
         --split train --max-context-tokens 5000 --scan 8 --metric scan-recall --optimizer miprov2 \
         --opt init.auto=null --opt init.num_candidates=2 --opt compile.num_trials=2 \
         --opt compile.program_aware_proposer=false --opt compile.tip_aware_proposer=false \
         --templates programs/repository/local/templates.json --programs experiments/results/compile-miprov2 \
         --judge proxy --no-register ;;
     compile-gepa-repo)  # GEPA, its reflection on the same 1.5B, bounded; its program is kept apart
-      step compile-repository-local-gepa tide compile --setting repository --backbone local --threads 2 \
+      step compile-repository-local-gepa tide compile --setting repository --backbone local --threads "$THREADS" \
         --split train --max-context-tokens 5000 --scan 8 --metric scan-recall --optimizer gepa \
         --opt init.max_metric_calls=6 --max-calls 150 --templates programs/repository/local/templates.json \
         --programs experiments/results/compile-gepa/programs --judge proxy --no-register ;;

@@ -78,6 +78,19 @@ def test_a_scan_recall_compile_runs_and_tunes_only_the_scan(ledgers):
         assert compiled(val[0]).scan.recall_at_focus == 1.0
 
 
+def test_a_scan_compiled_alone_is_sized_by_its_scan_calls_before_it_runs(ledgers):
+    """The window check sizes what a scan-recall compile sends: one scan call per function and no round."""
+    from tide_dspy.budget import Estimator
+    from tide_dspy.scan import ScanOnly
+
+    program, estimator = scanning_program(), Estimator()
+    calls = estimator.program_calls(ScanOnly(program), ledgers[0])
+    assert [c.step for c in calls] == ["scan"] * 8
+    scans = [c for c in estimator.program_calls(program, ledgers[0]) if c.step == "scan"]
+    assert [c.prompt for c in calls] == [c.prompt for c in scans]
+    assert estimator.largest_prompt(ScanOnly(program), ledgers[0]) == max(c.prompt for c in scans)
+
+
 def test_an_interrupted_compile_resumes_from_the_trials_already_scored(tmp_path, ledgers):
     train, val = split_train(ledgers)
     first = ScanLM(ledgers)

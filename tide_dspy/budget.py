@@ -297,10 +297,12 @@ def calls_cost(calls: Iterable[Call], prices: dict[str, Prices | None]) -> float
 
 def round_shapes(program) -> list[tuple[int, int]]:
     """(findings already found, findings asked for) of each round call the program makes when every round runs:
-    TIDE's rounds grow `already_found` by k each; Multi's samples each start empty; Single asks once for all."""
+    TIDE's rounds grow `already_found` by k each; Multi's samples each start empty; Single asks once for all; a
+    floor and a scan compiled alone (ScanOnly) make none."""
     from tide_dspy.discovery import TIDE, ChanceBaseline, MultiAgent, SingleAgent
+    from tide_dspy.scan import ScanOnly
 
-    if isinstance(program, ChanceBaseline):
+    if isinstance(program, (ChanceBaseline, ScanOnly)):
         return []
     T, k = program.max_rounds, program.per_round
     if isinstance(program, TIDE):
@@ -367,12 +369,15 @@ class Estimator:
 
     def round_messages(self, program, instance: Instance) -> list[tuple[list[dict], int]]:
         """(messages, assumed visible output tokens) of each round call, when every round runs."""
+        shapes = round_shapes(program)
+        if not shapes:
+            return []
         setting = program.setting
         focus = program.view(instance).ids[:program.focus_size] if program.scanner is not None else None
         view = program.view(instance, focus)
         per_finding = finding_tokens(instance, self.counter)
         adapter, out = self._adapter(), []
-        for n_found, max_new in round_shapes(program):
+        for n_found, max_new in shapes:
             found = [Finding(description=STAND_IN_DESCRIPTION, evidence=view.ids[:setting.typical_evidence],
                              round=1) for _ in range(n_found)]
             inputs = setting.round_inputs(instance, view, program.guidance_text(), found, max_new, focus)
@@ -382,13 +387,12 @@ class Estimator:
         return out
 
     def scan_messages(self, program, instance: Instance) -> list[tuple[list[dict], int]]:
-        from tide_dspy.domains import render_templates
         from tide_dspy.scan import SCAN_MAX_TOKENS
 
         if program.scanner is None:
             return []
         setting, rate = program.setting, program.scanner.rate
-        guidance = render_templates(program.scan_templates or program.templates)
+        guidance = program.scan_guidance()
         adapter = self._adapter()
         return [(adapter.format(rate.signature, rate.demos,
                                 {"templates": guidance, "artifact": setting.render_artifact(a)}), SCAN_MAX_TOKENS)

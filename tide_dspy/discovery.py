@@ -182,13 +182,16 @@ class DiscoveryProgram(dspy.Module):
         first handles and enum values (which a small model picks most) are the shortlist's."""
         return ContextView.of(instance, self.context_order_seed, first=focus or ())
 
+    def scan_guidance(self) -> str:
+        """The rendered templates the scan rates each artifact against (the scan's own, else the program's)."""
+        return render_templates(self.scan_templates or self.templates)
+
     def ranking(self, instance: Instance, on_scan=None) -> tuple[Ranking | None, ScanRecord | None]:
         """The scan's ranking of the instance's artifacts (None, None without scan); `on_scan(record)` hears of it
         before any round runs."""
         if self.scanner is None:
             return None, None
-        ranking, record = scan_and_rank(self.scanner, instance, self.view(instance),
-                                        render_templates(self.scan_templates or self.templates),
+        ranking, record = scan_and_rank(self.scanner, instance, self.view(instance), self.scan_guidance(),
                                         self.context_order_seed, self.focus_size)
         if on_scan:
             on_scan(record)

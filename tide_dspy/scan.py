@@ -23,7 +23,7 @@ from dspy.utils.exceptions import AdapterParseError
 from pydantic import BaseModel
 
 from tide_dspy.backbones.usage import entries_since, usage_mark, usage_tokens
-from tide_dspy.domains import ContextView, Setting, get_setting, render_templates
+from tide_dspy.domains import ContextView, Setting, get_setting
 from tide_dspy.schemas import Finding, Instance
 from tide_dspy.util.fields import field_of
 
@@ -199,13 +199,20 @@ class ScanOnly(dspy.Module):
             raise ValueError("scan-recall compiles a program's scan: build it with scan=True (tide compile --scan N)")
         self.scanner = program.scanner
         self.setting = program.setting
-        self.guidance = render_templates(program.scan_templates or program.templates)
+        self.guidance = program.scan_guidance()
         self.context_order_seed = program.context_order_seed
         self.focus_size = program.focus_size
 
+    def scan_guidance(self) -> str:
+        return self.guidance
+
+    def view(self, instance: Instance) -> ContextView:
+        """The artifacts in the order the program's scan reads them."""
+        return ContextView.of(instance, self.context_order_seed)
+
     def forward(self, case: Instance, on_round=None, on_scan=None) -> dspy.Prediction:
-        view = ContextView.of(case, self.context_order_seed)
-        _, record = scan_and_rank(self.scanner, case, view, self.guidance, self.context_order_seed, self.focus_size)
+        _, record = scan_and_rank(self.scanner, case, self.view(case), self.guidance, self.context_order_seed,
+                                  self.focus_size)
         if on_scan:
             on_scan(record)
         return dspy.Prediction(findings=[], rounds=[], scan=record)
