@@ -108,9 +108,10 @@ print(shlex.join(kept + ["--out", sys.argv[2], "--floors-only"]))' "$meta" "$dir
     heldout-repo|heldout-ws)  # uncompiled and compiled side by side on the test split; TIDE_SHUFFLE=SEED shuffles
       local tag=${TIDE_SHUFFLE:+-shuffled$TIDE_SHUFFLE} order=(${TIDE_SHUFFLE:+--shuffle-context "$TIDE_SHUFFLE"})
       if [[ $1 == heldout-repo ]]; then
+        # TIDE_HELDOUT_LIMIT: the smallest N test instances (1 was run: about 5 min per program, scans cached, here)
         step "heldout-repository-local$tag" python experiments/run.py table1 --setting repository --backbone local \
-          --threads 2 --judge proxy --templates programs/repository/local/templates.json "${REPO_SUBSET[@]}" \
-          --limit 3 --methods tide tide-compiled --compiled programs/repository/local/tide.json --scan "${order[@]}" \
+          --threads "$THREADS" --judge proxy --templates programs/repository/local/templates.json "${REPO_SUBSET[@]}" \
+          --limit "${TIDE_HELDOUT_LIMIT:-1}" --methods tide tide-compiled --compiled programs/repository/local/tide.json --scan "${order[@]}" \
           --out "experiments/results/compile-repository-local$tag"
       else
         step "heldout-workspace-local$tag" python experiments/run.py table1 --setting workspace --backbone local \
