@@ -133,25 +133,31 @@ def test_a_trial_log_whose_header_counts_max_retries_is_continued(tmp_path):
     assert again.rows == {}
 
 
-def test_the_budget_stops_the_search_with_the_best_candidate_so_far(tmp_path, ledgers):
+def compile_within(budget: Budget, lm, tmp_path, ledgers):
+    """The scan compiled by TINY_COPRO under `budget`; returns the program and its trial log's summary."""
     train, val = split_train(ledgers)
-    lm = ScanLM(ledgers)
     opened = []
 
     def bounded(metric, planned):
-        opened.append(open_log(tmp_path, budget=Budget(max_calls=10))(metric, planned))
+        opened.append(open_log(tmp_path, budget=budget)(metric, planned))
         return opened[-1]
 
-    # 1 proposal call, then 8 scan calls per evaluation: the check before the third evaluation sees 17 >= 10.
     compiled = compile_program(scanning_program(), train, val, "copro", "scan-recall", lm=lm, options=TINY_COPRO,
                                trials=bounded)
-    summary = opened[0].summary()
+    return compiled, opened[0].summary()
+
+
+def test_the_budget_stops_the_search_with_the_best_candidate_so_far(tmp_path, ledgers):
+    train, val = split_train(ledgers)
+    lm = ScanLM(ledgers)
+    # 1 proposal call, then 8 scan calls per evaluation: the check before the third evaluation sees 17 >= 10.
+    compiled, summary = compile_within(Budget(max_calls=10), lm, tmp_path, ledgers)
     assert summary["stopped"].startswith("budget of 10 LM calls reached (17 calls")
     assert summary["evaluations"] == 2 and lm.scans == 16
     assert compiled.scanner.rate.signature.instructions == GOOD  # the proposal, scored on both train instances
 
     # A rerun without the bound replays the two and scores the rest.
-    opened.clear()
+    opened = []
     compile_program(scanning_program(), train, val, "copro", "scan-recall", lm=ScanLM(ledgers), options=TINY_COPRO,
                     trials=lambda m, p: opened.append(open_log(tmp_path)(m, p)) or opened[-1])
     assert (opened[0].summary()["replayed"], opened[0].summary()["evaluations"]) == (2, 4)
@@ -167,18 +173,9 @@ class PricedScanLM(ScanLM):
 
 
 def test_the_cost_cap_stops_the_search_before_an_evaluation_once_spent(tmp_path, ledgers):
-    train, val = split_train(ledgers)
     lm = PricedScanLM(ledgers)
-    opened = []
-
-    def capped(metric, planned):
-        opened.append(open_log(tmp_path, budget=Budget(max_cost=0.1))(metric, planned))
-        return opened[-1]
-
     # 1 proposal call, then 8 scan calls per evaluation at $0.01: the check before the third evaluation sees $0.17.
-    compiled = compile_program(scanning_program(), train, val, "copro", "scan-recall", lm=lm, options=TINY_COPRO,
-                               trials=capped)
-    summary = opened[0].summary()
+    compiled, summary = compile_within(Budget(max_cost=0.1), lm, tmp_path, ledgers)
     assert summary["stopped"] == "budget of $0.1 reached (17 calls, $0.17)"
     assert summary["evaluations"] == 2 and lm.scans == 16
     assert compiled.scanner.rate.signature.instructions == GOOD
