@@ -4,6 +4,7 @@ instance: ids exist, the action is in the library, the patch parses. docs/settin
 
 from __future__ import annotations
 
+import functools
 import json
 import random
 from abc import ABC, abstractmethod
@@ -151,6 +152,33 @@ def in_dialect(model: type[BaseModel], dialect: str, max_enum_values: int | None
                                            "__module__": model.__module__})
 
 
+@functools.lru_cache(maxsize=64)
+def grounded_draft(draft_type: type[BaseModel], overrides: str, dialect: str = "full",
+                   max_enum_values: int | None = None) -> type[BaseModel]:
+    """`draft_type` whose fields' JSON schemas are replaced by `overrides` (JSON text: field -> schema), written in
+    the provider's `dialect`; validation stays the draft type's own.
+
+    Its instances pickle (DSPy's bootstrapping hashes the demos it collects with pickle): a class made at run time
+    cannot be found by its name, so an instance reduces to `rebuild_grounded` with what rebuilds its class. The
+    classes are cached by those arguments, so the rounds of one instance share one class."""
+    fields = {name: (draft_type.model_fields[name].annotation, schema_only(schema))
+              for name, schema in json.loads(overrides).items()}
+    draft = create_model(draft_type.__name__.replace("Draft", ""),
+                         __base__=in_dialect(draft_type, dialect, max_enum_values), **fields)
+    draft.grounded_key = (draft_type, overrides, dialect, max_enum_values)
+    draft.__reduce__ = _reduce_grounded
+    return draft
+
+
+def _reduce_grounded(finding: BaseModel) -> tuple:
+    return rebuild_grounded, (type(finding).grounded_key, finding.model_dump())
+
+
+def rebuild_grounded(key: tuple, data: dict) -> BaseModel:
+    """An unpickled grounded finding: its class rebuilt from `key` (grounded_draft's arguments), its fields `data`."""
+    return grounded_draft(*key).model_validate(data)
+
+
 def render_action(action: ChosenAction | None) -> str:
     if action is None:
         return "(no action)"
@@ -290,10 +318,7 @@ class Setting(ABC):
             item["enum"] = list(view.handles)
         evidence = {"type": "array", "items": item, "minItems": 1, "maxItems": bound}
         overrides = {"evidence_ids": evidence, **self.draft_schema(instance)}
-        fields = {name: (self.draft_type.model_fields[name].annotation, schema_only(schema))
-                  for name, schema in overrides.items()}
-        draft = create_model(self.draft_type.__name__.replace("Draft", ""),
-                             __base__=in_dialect(self.draft_type, dialect, max_enum_values), **fields)
+        draft = grounded_draft(self.draft_type, json.dumps(overrides), dialect, max_enum_values)
         return base.with_updated_fields("findings", type_=bounded_list(draft, max_new, dialect))
 
     def complete_drafts(self, lm_response: Any) -> list:
