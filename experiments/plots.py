@@ -10,6 +10,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from tide_dspy.methods import floor_methods  # noqa: E402
+
 COMPONENTS = ("retrieval", "identification", "resolution")
 
 
@@ -45,9 +47,8 @@ def _lines(records, x, ys, group, path, xlabel, ylabel, title):
     _save(fig, path)
 
 
-# The chance floors, hatched so they read as a reference: two read nothing, lexical-join reads the text. None
-# calls a model.
-FLOOR_METHODS = ("random", "first-listed", "lexical-join")
+# The chance floors (tide_dspy.methods), hatched so they read as a reference: none calls a model.
+FLOOR_METHODS = tuple(floor_methods())
 
 
 def higher_floor(records) -> tuple[str, float]:

@@ -32,6 +32,7 @@ from tide_dspy.data import load_instances
 from tide_dspy.data.selection import data_path, select_instances
 from tide_dspy.domains import SETTING_NAMES, get_setting, per_setting
 from tide_dspy.evaluation import evaluate, read_rows
+from tide_dspy.methods import get_method, lm_methods
 from tide_dspy.metrics import InstanceScore, aggregate, make_judge
 from tide_dspy.programs import load_program, program_dir
 from tide_dspy.templates import TemplateLibrary
@@ -43,7 +44,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 import plots  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-# The chance floors every table and curve shows beside the methods (no LM call; see tide_dspy.discovery).
+# The chance floors every table and curve shows beside the methods (no LM call; see tide_dspy.methods).
 FLOORS = plots.FLOOR_METHODS
 
 
@@ -105,9 +106,9 @@ def make_program(method: str, args, templates: TemplateLibrary | None = None, ro
     scan = args.focus_size if args.scan and method not in FLOORS else None
     shape = ProgramShape(rounds=T, per_round=k, max_evidence=args.max_evidence, shuffle_context=args.shuffle_context,
                          scan=scan)
-    return build_method(args.setting, method, shape, templates=templates, demos=args.demos, data=args.data,
-                        scan_templates=templates.templates if scan and method != "tide" and templates else None,
-                        max_findings=T * k)
+    own = get_method(method).templates
+    return build_method(args.setting, method, shape, templates=templates, data=args.data,
+                        scan_templates=templates.templates if scan and not own and templates else None)
 
 
 # ---- raw runs ----
@@ -489,8 +490,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--per-round", type=int, default=None, help=f"k (default: the setting's, {per_setting('per_round')})"
     )
-    parser.add_argument("--methods", nargs="*", default=None,
-                        choices=["single", "multi", "tide", "iter", "iter-demos", COMPILED],
+    parser.add_argument("--methods", nargs="*", default=None, choices=[*lm_methods(), COMPILED],
                         help="LM methods of table1 (default: single multi iter tide); the chance floors always run. "
                              f"{COMPILED}: the --compiled program, shaped as this run's tide")
     parser.add_argument("--compiled", default=None, metavar="PROGRAM",
@@ -502,7 +502,6 @@ def build_parser() -> argparse.ArgumentParser:
                         help="LM methods scan every artifact first and read the most suspect in full (results go to "
                              "a -scan folder)")
     parser.add_argument("--focus-size", type=int, default=8, help="with --scan: artifacts each round reads in full")
-    parser.add_argument("--demos", type=int, default=5, help="solved examples for Iter + Demos")
     parser.add_argument("--budgets", type=int, nargs="*", default=list(range(2, 11)))
     parser.add_argument("--pool-sizes", type=int, nargs="*", default=[0, 5, 10, 20, 40, 108])
     parser.add_argument("--backbones", nargs="*", default=None, help="transfer/citations: inference backbones")

@@ -49,7 +49,7 @@ def experiments(tmp_path_factory, repository_instance) -> Experiments:
               "--instances", repository_instance.instance_id, "--templates", str(templates), "--judge", "proxy",
               "--out", str(out)]
     runs = {"table1": [], "steps": [], "rounds": [], "instances": [], "budget": ["--budgets", "2", "3"],
-            "poolsize": ["--pool-sizes", "0", "1"], "demos": ["--demos", "1"]}
+            "poolsize": ["--pool-sizes", "0", "1"], "demos": []}
     codes = {}
     dspy.configure_cache(enable_disk_cache=False, enable_memory_cache=False)
     with pytest.MonkeyPatch.context() as patch:

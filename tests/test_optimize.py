@@ -21,6 +21,7 @@ from dspy.dsp.utils.settings import DEFAULT_CONFIG
 from routed_lm import FIXTURE_DATA, RoutedLM, fixture_instances
 
 from tide_dspy.domains import WORKSPACE
+from tide_dspy.methods import DEMOS
 from tide_dspy.optimize import (
     available_optimizers,
     compile_program,
@@ -164,10 +165,9 @@ def test_bootstrap_adds_demos_when_asked(train):
 def test_compile_builds_iter_demos_from_its_own_train_part(train):
     from tide_dspy.workflows import ProgramShape, build_method
 
-    program = build_method(WORKSPACE, "iter-demos", ProgramShape(rounds=2, per_round=1), demos=2,
-                           train_instances=train[:1])
+    program = build_method(WORKSPACE, "iter-demos", ProgramShape(rounds=2, per_round=1), train_instances=train[:1])
     # The demos come from the instances compile trains on, never from its validation part.
-    assert program.demos == solved_demos(train[:1], WORKSPACE, 2) != solved_demos(train[1:], WORKSPACE, 2)
+    assert program.demos == solved_demos(train[:1], WORKSPACE, DEMOS) != solved_demos(train[1:], WORKSPACE, DEMOS)
 
 
 def test_tune_is_a_resumable_sqlite_study(tmp_path, train):
@@ -249,8 +249,7 @@ def pipeline(tmp_path_factory) -> Pipeline:
         "evaluate": evaluate,
         "evaluate-again": evaluate,
         "evaluate-resume": [*evaluate, "--resume"],
-        "evaluate-demos": ["evaluate", "--method", "iter-demos", *common, "--limit", "1", "--out", "demos",
-                           "--demos", "2"],
+        "evaluate-demos": ["evaluate", "--method", "iter-demos", *common, "--limit", "1", "--out", "demos"],
     }
     codes, printed, rows = {}, {}, {}
     dspy.configure_cache(enable_disk_cache=False, enable_memory_cache=False)
@@ -335,7 +334,7 @@ def test_cli_evaluate_resume_reruns_no_finished_instance(pipeline):
 
 def test_cli_evaluate_iter_demos_takes_its_demos_from_the_train_split(pipeline):
     assert pipeline.codes["evaluate-demos"] == 0
-    assert pipeline.read("demos/config.json")["program"]["n_demos"] == 2
+    assert pipeline.read("demos/config.json")["program"]["n_demos"] == DEMOS
 
 
 def test_each_cli_command_logs_one_mlflow_run(runs):

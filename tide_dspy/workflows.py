@@ -23,7 +23,8 @@ from tide_dspy.data.selection import Selection, data_path
 from tide_dspy.discovery import ChanceBaseline
 from tide_dspy.domains import Setting
 from tide_dspy.evaluation import EvaluationResult, evaluate, read_rows
-from tide_dspy.programs import build_program, load_program, method_of, program_dir, save_program
+from tide_dspy.methods import get_method, method_of
+from tide_dspy.programs import build_program, load_program, program_dir, save_program
 from tide_dspy.sandbox import SandboxOptions
 from tide_dspy.schemas import Instance
 from tide_dspy.tracking import dataset_hash, model_name, register_program, tracked_run
@@ -92,27 +93,25 @@ def templates_path(setting: Setting, backbone: str, templates: str | Path | None
     return Path(templates) if templates else program_dir(setting.name, backbone, root=programs) / "templates.json"
 
 
-def build_method(setting: Setting, method: str, shape: ProgramShape, *, templates=None, demos: int | None = 3,
-                 data: str | None = None, train_instances: list[Instance] | None = None, scan_templates=None,
-                 max_findings: int | None = None):
-    """A fresh program of `method`, the one way every command and experiment builds one.
+def build_method(setting: Setting, method: str, shape: ProgramShape, *, templates=None, data: str | None = None,
+                 train_instances: list[Instance] | None = None, scan_templates=None):
+    """A fresh program of `method` (tide_dspy.methods), the one way every command and experiment builds one.
 
-    tide reads `templates` (a library JSON path, a TemplateLibrary or a list of Templates); iter-demos takes
-    `demos` solved examples from `train_instances` (default: the train split). With a scan, `scan_templates` are
-    what a method without templates of its own rates against. `max_findings` bounds single's one call (default:
-    the program's)."""
+    A method that reads templates reads `templates` (a library JSON path, a TemplateLibrary or a list of Templates);
+    one that shows solved examples takes its number of them from `train_instances` (default: the train split of
+    `data`). With a scan, `scan_templates` are what a method without templates of its own rates against."""
     from tide_dspy.data import load_instances
     from tide_dspy.templates import solved_demos
 
+    spec = get_method(method)
     demo_texts = None
-    if method == "iter-demos":
+    if spec.demos:
         if train_instances is None:
             train_instances = load_instances(data_path(setting.name, data), setting=setting.name, split="train")
-        demo_texts = solved_demos(train_instances, setting, demos)
-    built = build_program(method, setting, templates=templates if method == "tide" else None, demos=demo_texts,
+        demo_texts = solved_demos(train_instances, setting, spec.demos)
+    built = build_program(method, setting, templates=templates if spec.templates else None, demos=demo_texts,
                           max_rounds=shape.rounds, per_round=shape.per_round, max_evidence=shape.max_evidence,
-                          context_order_seed=shape.shuffle_context, scan_templates=scan_templates,
-                          **({"max_findings": max_findings} if method == "single" else {}))
+                          context_order_seed=shape.shuffle_context, scan_templates=scan_templates)
     shape.apply_scan(built)
     return built
 
@@ -239,11 +238,12 @@ def compile_and_save(selection: Selection, *, lm: LMSource, backbone: str, metho
     from tide_dspy.trials import TrialLog
 
     setting = selection.setting
+    if get_method(method).floor:
+        raise ValueError(f"{method} is a chance floor: it calls no model, so it has nothing to compile")
     instances = selection.load()
     train, val = split_train(instances, val_fraction, seed)
     library = templates_path(setting, backbone, templates, programs)
-    program = build_method(setting, method, shape, templates=library if method == "tide" else None,
-                           demos=demos, data=selection.data, train_instances=train)
+    program = build_method(setting, method, shape, templates=library, data=selection.data, train_instances=train)
     lm, judge_model = _lm(lm), metrics.make_judge(judge)
     folder = program_dir(setting.name, backbone, root=programs)
     out = folder / ("tide.json" if method == "tide" else f"{method}.json")
@@ -408,7 +408,7 @@ class EvaluationRun(BaseModel):
 
 
 def evaluation_program(selection: Selection, *, backbone: str, program: str | None, method: str | None,
-                       shape: ProgramShape, templates: str | Path | None, programs: str | Path, demos: int):
+                       shape: ProgramShape, templates: str | Path | None, programs: str | Path):
     """(the program to evaluate, the selection with its setting, the method's name): a saved `program` (path or
     models:/ URI) with `shape`'s overrides, or a fresh `method`."""
     if program:
@@ -422,13 +422,13 @@ def evaluation_program(selection: Selection, *, backbone: str, program: str | No
         raise ValueError("--method needs --setting")
     setting = selection.setting
     built = build_method(setting, method, shape, templates=templates_path(setting, backbone, templates, programs),
-                         demos=demos, data=selection.data)
+                         data=selection.data)
     return built, selection, method
 
 
 def evaluate_split(selection: Selection, *, lm: LMSource, backbone: str, program: str | None = None,
                    method: str | None = None, shape: ProgramShape = ProgramShape(), templates: str | None = None,
-                   programs: str = "programs", demos: int = 3, judge: str = "proxy", workers: int = 1,
+                   programs: str = "programs", judge: str = "proxy", workers: int = 1,
                    out: str | Path | None = None, resume: bool = False, fresh: bool = False,
                    verification: RepoVerification = RepoVerification(), check_out: Callable[[Path], Any] | None = None,
                    limits: Limits = Limits(), tracking: Tracking = Tracking()) -> EvaluationRun:
@@ -436,7 +436,7 @@ def evaluate_split(selection: Selection, *, lm: LMSource, backbone: str, program
     `out` (default runs/<setting>/<backbone>/<method>-<split>/results.jsonl). `check_out(folder)` vets the output
     folder before any LM work. `limits`: a budget (USD), prices and a window override (budget.Limits)."""
     built, selection, method = evaluation_program(selection, backbone=backbone, program=program, method=method,
-                                                  shape=shape, templates=templates, programs=programs, demos=demos)
+                                                  shape=shape, templates=templates, programs=programs)
     setting = selection.setting
     execute = verification.judge(setting)
     instances = selection.load()
@@ -510,15 +510,14 @@ def estimator_for(lm, targets: dict[str, Target | None], counter=None) -> Estima
 
 def estimate_split(selection: Selection, *, lm: LMSource, backbone: str, program: str | None = None,
                    method: str | None = None, shape: ProgramShape = ProgramShape(), templates: str | None = None,
-                   programs: str = "programs", demos: int = 3, judge: str = "proxy",
-                   limits: Limits = Limits()) -> Estimate:
+                   programs: str = "programs", judge: str = "proxy", limits: Limits = Limits()) -> Estimate:
     """What `evaluate_split` with these arguments would send and cost (`tide evaluate --dry-run`)."""
     note = None
-    if not program and method == "tide" and selection.setting:
+    if not program and method and get_method(method).templates and selection.setting:
         path, note = stand_in_templates(selection.setting, backbone, templates, programs)
         templates = str(path)
     built, selection, method = evaluation_program(selection, backbone=backbone, program=program, method=method,
-                                                  shape=shape, templates=templates, programs=programs, demos=demos)
+                                                  shape=shape, templates=templates, programs=programs)
     instances = selection.load()
     lm, judge_model = _lm(lm), metrics.make_judge(judge)
     targets = estimate_targets(lm, backbone, judge_model, judge, limits)
@@ -540,9 +539,9 @@ def estimate_compile(selection: Selection, *, lm: LMSource, backbone: str, metho
     setting = selection.setting
     instances = selection.load()
     train, val = split_train(instances, val_fraction, seed)
-    library, note = stand_in_templates(setting, backbone, templates, programs) if method == "tide" else (None, None)
-    program = build_method(setting, method, shape, templates=library, demos=demos, data=selection.data,
-                           train_instances=train)
+    library, note = (stand_in_templates(setting, backbone, templates, programs) if get_method(method).templates
+                     else (None, None))
+    program = build_method(setting, method, shape, templates=library, data=selection.data, train_instances=train)
     config = load_optimizer_config(optimizer)
     init, comp = optimizer_arguments(config, demos=demos, options=parse_options(options), n_train=len(train))
     lm, judge_model = _lm(lm), metrics.make_judge(judge)

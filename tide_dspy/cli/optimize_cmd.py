@@ -27,6 +27,7 @@ from tide_dspy.cli.common import (
 from tide_dspy.data.selection import Selection
 from tide_dspy.domains import get_setting
 from tide_dspy.evaluation import format_table
+from tide_dspy.methods import METHODS, floor_methods, lm_methods
 from tide_dspy.util.argtypes import count, percentage, positive_float, positive_int
 
 
@@ -50,7 +51,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_data_options(c, "train")
     add_program_options(c)
     add_split_options(c)
-    c.add_argument("--method", default="tide", help="program to compile (default: tide)")
+    c.add_argument("--method", default="tide", choices=lm_methods(),
+                   help="the method whose program is compiled (default: tide; tide_dspy.methods)")
     add_workers_option(c, "validation instances and optimizer evaluations")
     c.add_argument("--optimizer", default="copro",
                    help="miprov2 | copro | gepa | simba | bootstrap, or a path to an optimizer YAML")
@@ -100,12 +102,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_program_options(e)
     src = e.add_mutually_exclusive_group(required=True)
     src.add_argument("--program", default=None, help="a saved program: JSON path or models:/<name>/<version>")
-    src.add_argument("--method", default=None,
-                     choices=("tide", "single", "multi", "iter", "iter-demos", "random", "first-listed",
-                              "lexical-join"),
-                     help="random / first-listed / lexical-join: the chance floors (no LM call; lexical-join "
-                          "links artifacts that share rare tokens)")
-    e.add_argument("--demos", type=positive_int, default=3, help="solved train examples for iter-demos")
+    src.add_argument("--method", default=None, choices=list(METHODS),
+                     help=f"a method of tide_dspy.methods, built fresh; {', '.join(floor_methods())}: the chance "
+                          "floors (no LM call)")
     add_workers_option(e, "instances")
     e.add_argument("--out", default=None, help="results folder (default: runs/<setting>/<backbone>/<method>-<split>)")
     again = e.add_mutually_exclusive_group()
@@ -244,14 +243,14 @@ def run_evaluate(args: argparse.Namespace) -> int:
     if args.dry_run:
         return print_estimate(workflows.estimate_split(
             _selection(args), program=args.program, method=args.method, shape=_shape(args), templates=args.templates,
-            demos=args.demos, **_estimating(args)))
+            **_estimating(args)))
     verification = workflows.RepoVerification(repo=args.verify_repo, command=args.verify_command,
                                           timeout=args.verify_timeout,
                                           sandbox=sandbox_options(args, args.verify_repo is not None,
                                                                   "--verify-repo DIR"))
     r = workflows.evaluate_split(
         _selection(args), program=args.program, method=args.method, shape=_shape(args), templates=args.templates,
-        demos=args.demos, workers=args.workers, out=args.out, resume=args.resume, fresh=args.fresh,
+        workers=args.workers, out=args.out, resume=args.resume, fresh=args.fresh,
         verification=verification, check_out=check_output_folder, limits=Limits.from_namespace(args), **_common(args))
     print(format_table(r.result))
     if r.executed:
