@@ -50,7 +50,7 @@ def test_split_train_is_seeded_disjoint_and_refuses_test(train, workspace_instan
     many = [train[0].model_copy(update={"instance_id": f"i{n}"}) for n in range(8)]
     a_train, a_val = split_train(many, 0.25, seed=0)
     b_train, b_val = split_train(many, 0.25, seed=0)
-    assert [i.instance_id for i in a_val] == [i.instance_id for i in b_val] and len(a_val) == 2
+    assert [i.instance_id for i in a_val] == [i.instance_id for i in b_val] and len(a_val) == 3  # at least 3
     assert not {i.instance_id for i in a_train} & {i.instance_id for i in a_val}
     assert len(a_train) + len(a_val) == 8
     assert [len(p) for p in split_train(train)] == [1, 1]
@@ -260,7 +260,9 @@ def pipeline(tmp_path_factory) -> Pipeline:
         # registry is this store, and the variable is restored when the context ends.
         patch.setenv("MLFLOW_REGISTRY_URI", uri)
         patch.setenv("TIDE_DATA", str(FIXTURE_DATA))
-        dspy.configure(lm=RoutedLM(fixture_instances("workspace"), instruction="Compiled instruction."))
+        # Gated: the rounds cite the gold evidence only under the proposed instruction, so compile improves the
+        # validation score and saves the compiled program.
+        dspy.configure(lm=RoutedLM(fixture_instances("workspace"), instruction="Compiled instruction.", gated=True))
         try:
             for step, argv in steps.items():
                 out = io.StringIO()

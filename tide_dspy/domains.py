@@ -108,8 +108,9 @@ def render_found(findings: list[Finding], view: ContextView) -> str:
     )
 
 
-def schema_only(extra: dict) -> Any:
-    """A pydantic Field whose JSON schema becomes `extra`, while validation keeps the field's own type."""
+def schema_only(extra: dict, description: str | None = None) -> Any:
+    """A pydantic Field whose JSON schema becomes `extra` (with the field's `description`), while validation keeps
+    the field's own type."""
 
     def replace(schema: dict) -> None:
         description = schema.get("description")
@@ -118,7 +119,7 @@ def schema_only(extra: dict) -> Any:
         if description and "description" not in extra:
             schema["description"] = description
 
-    return Field(json_schema_extra=replace)
+    return Field(description=description, json_schema_extra=replace)
 
 
 def bounded_list(item: type, max_items: int, dialect: str = "full") -> type:
@@ -161,7 +162,8 @@ def grounded_draft(draft_type: type[BaseModel], overrides: str, dialect: str = "
     Its instances pickle (DSPy's bootstrapping hashes the demos it collects with pickle): a class made at run time
     cannot be found by its name, so an instance reduces to `rebuild_grounded` with what rebuilds its class. The
     classes are cached by those arguments, so the rounds of one instance share one class."""
-    fields = {name: (draft_type.model_fields[name].annotation, schema_only(schema))
+    own = draft_type.model_fields
+    fields = {name: (own[name].annotation, schema_only(schema, own[name].description))
               for name, schema in json.loads(overrides).items()}
     draft = create_model(draft_type.__name__.replace("Draft", ""),
                          __base__=in_dialect(draft_type, dialect, max_enum_values), **fields)

@@ -41,9 +41,14 @@ SPLIT_SEED = 0
 
 # ---- data ----
 
+MIN_VALIDATION = 3  # held-out instances, where the split has them: one instance decides nothing
+
+
 def split_train(instances: list[Instance], val_fraction: float = 0.25, seed: int = SPLIT_SEED
                 ) -> tuple[list[Instance], list[Instance]]:
-    """(train part, validation part) of the train split, shuffled with a fixed seed. Refuses test instances."""
+    """(train part, validation part) of the train split, shuffled with a fixed seed: `val_fraction` of it held
+    out, at least MIN_VALIDATION instances where the split has them and one is left to train on. Refuses test
+    instances."""
     test = [i.instance_id for i in instances if i.split == "test"]
     if test:
         raise ValueError(f"compile/tune must not see the test split; got test instances {test[:3]}"
@@ -54,7 +59,7 @@ def split_train(instances: list[Instance], val_fraction: float = 0.25, seed: int
         raise ValueError(f"val_fraction must be in (0, 1), got {val_fraction}")
     order = list(instances)
     random.Random(seed).shuffle(order)
-    n_val = min(len(order) - 1, max(1, math.ceil(len(order) * val_fraction)))
+    n_val = min(len(order) - 1, max(MIN_VALIDATION, math.ceil(len(order) * val_fraction)))
     return order[n_val:], order[:n_val]
 
 

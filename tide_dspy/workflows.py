@@ -196,11 +196,17 @@ class CompileResult(BaseModel):
     seconds: dict[str, float]  # before, compile, after
     search: dict  # the trial log's summary: trials, evaluations, resumed, replayed, LM calls, best, stopped
     path: Path | None  # None when the budget stopped the search before any candidate was scored
+    kept: str = "original"  # which program `path` holds: "compiled" or "original" (the uncompiled one)
     registered: str | None = None  # models:/<name>/<version>
 
     @property
     def stopped(self) -> str | None:
         return self.search.get("stopped")
+
+    @property
+    def improved(self) -> bool:
+        """The compiled program scored strictly higher on validation than the original."""
+        return self.metric_after is not None and self.metric_after > self.metric_before
 
 
 def compile_header(program, method: str, metric: str, judge: str, lm) -> dict:
@@ -222,17 +228,23 @@ def compile_and_save(selection: Selection, *, lm: LMSource, backbone: str, metho
                      demos: int | None = None, options: list[str] | None = None, val_fraction: float = 0.25,
                      seed: int = 0, workers: int = 1, register: bool = True, autolog: bool = False,
                      budget: Budget = Budget(), limits: Limits = Limits(), fresh: bool = False,
-                     progress: bool = True, tracking: Tracking = Tracking()) -> CompileResult:
+                     keep_worse: bool = False, progress: bool = True,
+                     tracking: Tracking = Tracking()) -> CompileResult:
     """Optimize `method`'s program on the train part of `selection`, scored on its held-out validation part before
     and after; save it as programs/<setting>/<backbone>/<method>.json (tide.json for tide) and register it.
+
+    Compile never ships a regression: the compiled program is saved only when its validation score is strictly
+    higher than the original's; otherwise the original (uncompiled) program is saved, and `kept` says which.
+    `keep_worse` saves the compiled one regardless.
 
     With metric scan-recall the validation runs the scan alone (its rounds add nothing the metric sees), so its
     tables hold the scan recall and no findings. Every evaluation of the search goes to
     programs/<setting>/<backbone>/compile/trials.jsonl, so a rerun of an
     interrupted compile replays what was scored (`fresh` starts over). `budget` bounds the search's LM calls and
     cost (a call the provider reports no cost for is priced from its tokens at `limits`' prices, else the
-    backbone's and the judge's list prices); when it stops the search, the best candidate scored so far is saved,
-    the validation after is skipped, and a rerun with a larger budget goes on from the log."""
+    backbone's and the judge's list prices); when it stops the search, the best candidate scored so far is
+    validated (the validation lies outside the bound) and kept by the same rule, and a rerun with a larger budget
+    goes on from the log."""
     from tide_dspy.optimize import SCAN_RECALL, aggregate_value, compile_program, parse_options, split_train
     from tide_dspy.scan import ScanOnly
     from tide_dspy.trials import TrialLog
@@ -278,7 +290,7 @@ def compile_and_save(selection: Selection, *, lm: LMSource, backbone: str, metho
         search = opened[0].summary()
         scored_any = search["best"] is not None
         after = None
-        if search["stopped"] is None:
+        if scored_any:
             after = evaluate(validated(compiled), val, out_path=folder / "compile" / "val_after.jsonl", **scored)
         seconds = {"before": t1, "compile": round(t2 - t1, 1), "after": round(run.seconds() - t2, 1)}
         metric_before = aggregate_value(before, metric)
@@ -292,15 +304,17 @@ def compile_and_save(selection: Selection, *, lm: LMSource, backbone: str, metho
             return CompileResult(optimizer=optimizer, metric=metric, n_val=len(val), before=before, after=None,
                                  metric_before=metric_before, metric_after=None, seconds=seconds, search=search,
                                  path=None)
+        kept = "compiled" if metric_after > metric_before or keep_worse else "original"
         summary = {k: v for k, v in search.items() if k != "candidates"}
         extra = {"backbone": backbone, "templates_path": str(library), "optimizer": optimizer, "metric": metric,
                  "judge": judge, "validation": {"ids": params["val_ids"], "before": metric_before,
-                                                "after": metric_after},
+                                                "after": metric_after, "kept": kept},
                  "train_ids": params["train_ids"], "search": summary}
-        save_program(compiled, out, extra=extra)
+        save_program(compiled if kept == "compiled" else program, out, extra=extra)
         run.provenance(folder, out.name, seconds=seconds, metric=metric, val_before=metric_before,
-                       val_after=metric_after, val_ids=params["val_ids"], train_ids=params["train_ids"],
-                       optimizer=optimizer, options=overrides, search=search, lm_usage=run.usage())
+                       val_after=metric_after, kept=kept, keep_worse=keep_worse, val_ids=params["val_ids"],
+                       train_ids=params["train_ids"], optimizer=optimizer, options=overrides, search=search,
+                       lm_usage=run.usage())
         run.record(files={out: "program", **{path: None for path in (
             library, folder / "compile" / "val_before.jsonl", folder / "compile" / "val_after.jsonl",
             folder / "compile" / "trials.jsonl")}})
@@ -311,7 +325,7 @@ def compile_and_save(selection: Selection, *, lm: LMSource, backbone: str, metho
             registered = f"models:/{version.name}/{version.version}"
     return CompileResult(optimizer=optimizer, metric=metric, n_val=len(val), before=before, after=after,
                          metric_before=metric_before, metric_after=metric_after, seconds=seconds, search=search,
-                         path=out, registered=registered)
+                         path=out, kept=kept, registered=registered)
 
 
 # ---- tune ----

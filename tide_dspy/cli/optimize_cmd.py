@@ -69,6 +69,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     c.add_argument("--fresh", action="store_true",
                    help="discard the trial log (programs/<setting>/<backbone>/compile/trials.jsonl) and start over; "
                         "by default a rerun replays the evaluations already scored")
+    c.add_argument("--keep-worse", action="store_true",
+                   help="save the compiled program even when its validation score is not higher than the "
+                        "original's (by default the original, uncompiled program is kept then)")
     c.add_argument("--no-register", action="store_true", help="do not register the program in the model registry")
     c.add_argument("--autolog", action="store_true",
                    help="also run mlflow.dspy autologging (optimizer params, best-program state, and data tables "
@@ -198,26 +201,42 @@ def run_compile(args: argparse.Namespace) -> int:
         metric=args.metric, demos=args.demos, options=args.opt, val_fraction=args.val_fraction, seed=args.seed,
         workers=args.workers, register=not args.no_register, autolog=args.autolog,
         budget=Budget(max_calls=args.max_calls, max_cost=args.max_cost),
-        limits=Limits(prices=args.price, judge_prices=args.judge_price), fresh=args.fresh, **_common(args))
+        limits=Limits(prices=args.price, judge_prices=args.judge_price), fresh=args.fresh,
+        keep_worse=args.keep_worse, **_common(args))
     s = r.search
     scan_only = args.metric == SCAN_RECALL  # the validation ran the scan alone: its tables would show no findings
+    held_out = f"{r.n_val} held-out train instance{'s' if r.n_val != 1 else ''}"
     if not scan_only:
-        print(f"validation ({r.n_val} held-out train instances), before:\n{format_table(r.before)}\n")
+        print(f"validation ({held_out}), before:\n{format_table(r.before)}\n")
     print(f"search: {s['trials']} trials, {s['evaluations']} evaluations ({s['replayed']} replayed from the trial "
           f"log), {s['lm_calls']} LM calls; best train score {s['best_score']}")
     if r.stopped:
-        print(f"stopped early: {r.stopped}. The best candidate so far is saved; the validation after is not run. "
-              "Rerun the same command with a larger --max-calls / --max-cost to continue.", file=sys.stderr)
-        if r.path is None:
-            print("no candidate was scored before the bound, so nothing was saved", file=sys.stderr)
-            return 1
-    elif not scan_only:
+        print(f"stopped early: {r.stopped}. The best candidate so far is validated and kept only if it beats the "
+              "original. Rerun the same command with a larger --max-calls / --max-cost to continue.", file=sys.stderr)
+    if r.path is None:
+        print("no candidate was scored, so nothing was saved", file=sys.stderr)
+        return 1
+    if r.after is not None and not scan_only:
         print(f"after {r.optimizer}:\n{format_table(r.after)}\n")
-    after = "not measured" if r.metric_after is None else f"{r.metric_after:.4f}"
-    print(f"validation ({r.n_val} held-out train instances) {r.metric}: {r.metric_before:.4f} -> {after}; "
-          f"times {r.seconds}")
+    print(f"validation ({held_out}) {r.metric}: {r.metric_before:.4f} -> {r.metric_after:.4f}; times {r.seconds}")
+    print(compile_verdict(r))
+    if r.n_val < FEW_VALIDATION:
+        print(f"note: on {held_out} this choice is selection, not evidence that either program is better")
     print(f"program -> {r.path}" + (f"; registered {r.registered}" if r.registered else ""))
     return 0
+
+
+FEW_VALIDATION = 10  # held-out instances below which a compile's before/after is read as selection only
+
+
+def compile_verdict(r: workflows.CompileResult) -> str:
+    """Which program was saved, and why."""
+    scores = f"({r.metric_before:.4f} → {r.metric_after:.4f})"
+    if r.improved:
+        return f"compile improved validation {scores}; saved the compiled program"
+    if r.kept == "compiled":
+        return f"compile did not improve validation {scores}; saved the compiled program anyway (--keep-worse)"
+    return f"compile did not improve validation {scores}; kept the original"
 
 
 def run_tune(args: argparse.Namespace) -> int:
