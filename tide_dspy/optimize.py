@@ -7,7 +7,9 @@ generic path builds any of them. Validation is always a held-out part of the TRA
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import io
 import logging
 import math
 import os
@@ -256,6 +258,22 @@ def planned_evaluations(config: dict, init: dict, comp: dict, *, n_train: int, n
     return None
 
 
+class DebugLog(io.TextIOBase):
+    """A text stream whose lines go to `logger.debug`."""
+
+    def __init__(self, logger: logging.Logger):
+        self.logger, self.pending = logger, ""
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        *lines, self.pending = (self.pending + text).split("\n")
+        for line in lines:
+            self.logger.debug("%s", line)
+        return len(text)
+
+
 def compile_program(
     program: dspy.Module,
     trainset,
@@ -302,8 +320,9 @@ def compile_program(
     source = config["path"]
     log.info("compiling with %s (%s): init %s, compile %s", config["name"], config["optimizer"],
              {k: v for k, v in init.items() if not str(v).startswith("$")}, list(comp))
-    # Inside the context: some optimizers read dspy.settings.lm when they are built.
-    with lm_context(lm), dspy_autolog(autolog):
+    # Inside the context: some optimizers read dspy.settings.lm when they are built. What an optimizer prints
+    # (COPRO echoes each proposal prompt and answer) goes to the debug log: the command's output stays its own.
+    with lm_context(lm), dspy_autolog(autolog), contextlib.redirect_stdout(DebugLog(log)):
         teleprompter = optimizer_class(config["optimizer"], source)(**_resolve(init, bindings, source))
         try:
             compiled = teleprompter.compile(student, **_resolve(comp, bindings, source))

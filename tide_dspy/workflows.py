@@ -81,11 +81,15 @@ def _track(command: str, selection: Selection, backbone: str, tracking: Tracking
                        enabled=tracking.enabled, command_line=tracking.command_line, lms=lms)
 
 
-def _base_params(selection: Selection, instances: list[Instance], lm, judge: str) -> dict:
+def _describe(lm) -> dict:
     from tide_dspy.backbones import describe_lm
 
+    return describe_lm(lm)
+
+
+def _base_params(selection: Selection, instances: list[Instance], lm, judge: str) -> dict:
     return {"split": selection.split, "n_instances": len(instances), "dataset_hash": dataset_hash(instances),
-            "judge": judge, "lm": describe_lm(lm)}
+            "judge": judge, "lm": _describe(lm)}
 
 
 def templates_path(setting: Setting, backbone: str, templates: str | Path | None, programs: str | Path) -> Path:
@@ -228,14 +232,15 @@ def compile_and_save(selection: Selection, *, lm: LMSource, backbone: str, metho
                      demos: int | None = None, options: list[str] | None = None, val_fraction: float = 0.25,
                      seed: int = 0, workers: int = 1, register: bool = True, autolog: bool = False,
                      budget: Budget = Budget(), limits: Limits = Limits(), fresh: bool = False,
-                     keep_worse: bool = False, progress: bool = True,
+                     keep_worse: bool = False, prompt_lm: LMSource | None = None, progress: bool = True,
                      tracking: Tracking = Tracking()) -> CompileResult:
     """Optimize `method`'s program on the train part of `selection`, scored on its held-out validation part before
     and after; save it as programs/<setting>/<backbone>/<method>.json (tide.json for tide) and register it.
 
     Compile never ships a regression: the compiled program is saved only when its validation score is strictly
     higher than the original's; otherwise the original (uncompiled) program is saved, and `kept` says which.
-    `keep_worse` saves the compiled one regardless.
+    `keep_worse` saves the compiled one regardless. `prompt_lm` proposes and reflects on instructions (default: the
+    backbone `lm`); its calls count toward `budget` and are in compile/lm_usage.json under "proposer".
 
     With metric scan-recall the validation runs the scan alone (its rounds add nothing the metric sees), so its
     tables hold the scan recall and no findings. Every evaluation of the search goes to
@@ -257,6 +262,7 @@ def compile_and_save(selection: Selection, *, lm: LMSource, backbone: str, metho
     library = templates_path(setting, backbone, templates, programs)
     program = build_method(setting, method, shape, templates=library, data=selection.data, train_instances=train)
     lm, judge_model = _lm(lm), metrics.make_judge(judge)
+    proposer = _lm(prompt_lm) if prompt_lm is not None else None
     folder = program_dir(setting.name, backbone, root=programs)
     out = folder / ("tide.json" if method == "tide" else f"{method}.json")
     overrides = parse_options(options)
@@ -264,9 +270,11 @@ def compile_and_save(selection: Selection, *, lm: LMSource, backbone: str, metho
               "metric": metric, "T": program.max_rounds, "k": program.per_round,
               "pool_size": len(program.templates), "demos": demos, "options": overrides,
               "train_ids": [i.instance_id for i in train], "val_ids": [i.instance_id for i in val],
-              "max_calls": budget.max_calls, "max_cost": budget.max_cost}
+              "max_calls": budget.max_calls, "max_cost": budget.max_cost,
+              "proposer": _describe(proposer) if proposer is not None else None}
     header = compile_header(program, method, metric, judge, lm)
-    targets = estimate_targets(lm, backbone, judge_model, judge, limits)
+    targets = {**estimate_targets(lm, backbone, judge_model, judge, limits),
+               "proposer": Target.of(proposer) if proposer is not None else None}
     prices = {t.lm.model: t.prices for t in targets.values() if t and t.prices and getattr(t.lm, "model", None)}
     opened: list[TrialLog] = []
 
@@ -275,7 +283,8 @@ def compile_and_save(selection: Selection, *, lm: LMSource, backbone: str, metho
                                progress=progress, prices=prices))
         return opened[-1]
 
-    lms = {"backbone": lm, "judge": getattr(judge_model, "lm", None)}
+    lms = {"backbone": lm, "judge": getattr(judge_model, "lm", None),
+           **({"proposer": proposer} if proposer is not None else {})}
     # A scan-recall compile tunes and validates the scan alone: the rounds add nothing its metric can see.
     validated = ScanOnly if metric == SCAN_RECALL else (lambda p: p)
     with _track("compile", selection, backbone, tracking, params, lms) as run:
@@ -284,8 +293,8 @@ def compile_and_save(selection: Selection, *, lm: LMSource, backbone: str, metho
         before = evaluate(validated(program), val, out_path=folder / "compile" / "val_before.jsonl", **scored)
         t1 = run.seconds()
         compiled = compile_program(program, train, val, optimizer, metric, judge=judge_model, demos=demos,
-                                   options=overrides, lm=lm, threads=workers, autolog=run.enabled and autolog,
-                                   trials=open_trials)
+                                   options=overrides, lm=lm, prompt_lm=proposer, threads=workers,
+                                   autolog=run.enabled and autolog, trials=open_trials)
         t2 = run.seconds()
         search = opened[0].summary()
         scored_any = search["best"] is not None
@@ -295,11 +304,13 @@ def compile_and_save(selection: Selection, *, lm: LMSource, backbone: str, metho
         seconds = {"before": t1, "compile": round(t2 - t1, 1), "after": round(run.seconds() - t2, 1)}
         metric_before = aggregate_value(before, metric)
         metric_after = aggregate_value(after, metric) if after is not None else None
+        usage = run.usage()
+        write_json(folder / "compile" / "lm_usage.json", usage, ensure_ascii=True)
         run.record(scores={"before_": before, **({"after_": after} if after is not None else {})},
                    metrics={"metric_before": metric_before, "metric_after": metric_after,
                             "trials": search["trials"], "search_lm_calls": search["lm_calls"],
                             **{f"seconds_{k}": v for k, v in seconds.items()}},
-                   usage=run.usage(), dicts={"trials_summary.json": search})
+                   usage=usage, dicts={"trials_summary.json": search})
         if not scored_any:
             return CompileResult(optimizer=optimizer, metric=metric, n_val=len(val), before=before, after=None,
                                  metric_before=metric_before, metric_after=None, seconds=seconds, search=search,
@@ -314,7 +325,7 @@ def compile_and_save(selection: Selection, *, lm: LMSource, backbone: str, metho
         run.provenance(folder, out.name, seconds=seconds, metric=metric, val_before=metric_before,
                        val_after=metric_after, kept=kept, keep_worse=keep_worse, val_ids=params["val_ids"],
                        train_ids=params["train_ids"], optimizer=optimizer, options=overrides, search=search,
-                       lm_usage=run.usage())
+                       lm_usage=usage)
         run.record(files={out: "program", **{path: None for path in (
             library, folder / "compile" / "val_before.jsonl", folder / "compile" / "val_after.jsonl",
             folder / "compile" / "trials.jsonl")}})
@@ -544,9 +555,10 @@ def estimate_compile(selection: Selection, *, lm: LMSource, backbone: str, metho
                      shape: ProgramShape = ProgramShape(), templates: str | None = None, programs: str = "programs",
                      optimizer: str = "copro", judge: str = "proxy", demos: int | None = None,
                      options: list[str] | None = None, val_fraction: float = 0.25, seed: int = 0,
-                     limits: Limits = Limits()) -> Estimate:
+                     prompt_model: str | None = None, limits: Limits = Limits()) -> Estimate:
     """What `compile_and_save` would send and cost (`tide compile --dry-run`): the validation before and after,
-    the optimizer's program runs (budget.optimizer_plan) and its proposals."""
+    the optimizer's program runs (budget.optimizer_plan) and its proposals, priced as the backbone's calls (also
+    when `prompt_model` proposes: the estimate says so)."""
     from tide_dspy.budget import PROPOSAL_PROMPT_TOKENS, optimizer_plan
     from tide_dspy.optimize import load_optimizer_config, optimizer_arguments, parse_options, split_train
 
@@ -577,6 +589,9 @@ def estimate_compile(selection: Selection, *, lm: LMSource, backbone: str, metho
     estimate_runs({"after (validation)": program}, val, estimator, targets, estimate=estimate)
     estimate.instances = len(instances)
     estimate.notes += [plan.note, *([note] if note else [])]
+    if prompt_model and plan.proposals:
+        estimate.notes.append(f"the proposals go to {prompt_model} (--prompt-model) but are counted and priced here "
+                              "as the backbone's calls")
     return estimate
 
 

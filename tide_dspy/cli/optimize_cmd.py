@@ -11,7 +11,7 @@ import argparse
 import sys
 
 from tide_dspy import workflows
-from tide_dspy.backbones import LMOptions, lm_from_options
+from tide_dspy.backbones import LMOptions, add_proposer_options, lm_from_options, proposer_from_options
 from tide_dspy.budget import Limits, add_cost_options, add_max_cost_option
 from tide_dspy.cli.common import (
     add_data_options,
@@ -78,6 +78,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "that hold every rendered instance: large for repositories)")
     add_cost_options(c)
     add_output_options(c)
+    add_proposer_options(c)
     c.set_defaults(func=run_compile)
 
     t = subparsers.add_parser("tune", help="Optuna search over rounds, per-round k, template pool size, temperature")
@@ -154,6 +155,15 @@ def _common(args: argparse.Namespace) -> dict:
     )
 
 
+def _proposer(args: argparse.Namespace):
+    """A maker of the --prompt-model LM (None without it), called once the inputs check out."""
+    options = LMOptions.from_namespace(args)
+    if options.prompt_model is None:
+        proposer_from_options(options)  # refuses --prompt-api-base alone
+        return None
+    return lambda: proposer_from_options(options)
+
+
 def _estimating(args: argparse.Namespace) -> dict:
     """The options an estimate takes: the LM (built, never called), backbone, judge, programs and prices."""
     return dict(lm=lambda: lm_from_options(LMOptions.from_namespace(args)), backbone=args.backbone, judge=args.judge,
@@ -195,14 +205,14 @@ def run_compile(args: argparse.Namespace) -> int:
         return print_estimate(workflows.estimate_compile(
             _selection(args), method=args.method, shape=_shape(args), templates=args.templates,
             optimizer=args.optimizer, demos=args.demos, options=args.opt, val_fraction=args.val_fraction,
-            seed=args.seed, **_estimating(args)))
+            seed=args.seed, prompt_model=args.prompt_model, **_estimating(args)))
     r = workflows.compile_and_save(
         _selection(args), method=args.method, shape=_shape(args), templates=args.templates, optimizer=args.optimizer,
         metric=args.metric, demos=args.demos, options=args.opt, val_fraction=args.val_fraction, seed=args.seed,
         workers=args.workers, register=not args.no_register, autolog=args.autolog,
         budget=Budget(max_calls=args.max_calls, max_cost=args.max_cost),
         limits=Limits(prices=args.price, judge_prices=args.judge_price), fresh=args.fresh,
-        keep_worse=args.keep_worse, **_common(args))
+        keep_worse=args.keep_worse, prompt_lm=_proposer(args), **_common(args))
     s = r.search
     scan_only = args.metric == SCAN_RECALL  # the validation ran the scan alone: its tables would show no findings
     held_out = f"{r.n_val} held-out train instance{'s' if r.n_val != 1 else ''}"
