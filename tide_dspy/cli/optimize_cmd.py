@@ -61,11 +61,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     c.add_argument("--opt", action="append", default=[], metavar="KEY=VALUE",
                    help="override an optimizer argument, e.g. init.breadth=2 or compile.num_trials=3; repeatable")
     c.add_argument("--max-calls", type=positive_int, default=None, metavar="N",
-                   help="stop the search once it has made N LM calls (checked before each evaluation; the "
-                        "validation before and after are outside the bound); the best candidate so far is saved "
-                        "and a rerun with a larger bound continues from the trial log")
+                   help="stop the search once it has made N LM calls, the proposer's included (checked before "
+                        "each evaluation; the validation before and after are outside the bound); the best "
+                        "candidate so far is validated and kept if it beats the original, and a rerun with a "
+                        "larger bound continues from the trial log")
     add_max_cost_option(c, "checked with --max-calls, before each evaluation of the search; the best candidate "
-                           "so far is saved and a rerun with a larger cap continues from the trial log")
+                           "so far is validated and kept if it beats the original, and a rerun with a larger cap "
+                           "continues from the trial log")
     c.add_argument("--fresh", action="store_true",
                    help="discard the trial log (programs/<setting>/<backbone>/compile/trials.jsonl) and start over; "
                         "by default a rerun replays the evaluations already scored")
