@@ -64,6 +64,16 @@ def test_an_undocumented_variable_is_found(tmp_path):
     assert missing == ["TIDE_N_CTX"]
 
 
+def test_the_table_of_methods_must_match_the_registry(tmp_path):
+    page = tmp_path / "program.md"
+    page.write_text("| method | class | guidance | what |\n|---|---|---|---|\n"
+                    "| `tide` | `TIDE` | none | wrong guidance |\n| `magic` | `TIDE` | none | not a method |\n")
+    found = [p.message for p in check_docs.check_methods(page)]
+    assert "'tide' is TIDE with guidance templates in tide_dspy.methods, not TIDE / none" in found
+    assert "the table lists 'magic', which tide_dspy.methods does not define" in found
+    assert any(m.startswith("method 'single' of tide_dspy.methods has no row") for m in found)
+
+
 def test_the_code_reads_the_variables_the_registry_and_settings_name():
     names = check_docs.env_reads(check_docs.ROOT / "tide_dspy")
     assert {"TIDE_DATA", "TIDE_N_CTX", "OPENAI_API_KEY", "MLFLOW_TRACKING_URI"} <= names

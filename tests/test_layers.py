@@ -20,6 +20,7 @@ LAYERS = [
     {"tide_dspy.domains", "tide_dspy.retry", "tide_dspy.refinement"},
     {"tide_dspy.scan", "tide_dspy.templates", "tide_dspy.tracking", "tide_dspy.data"},
     {"tide_dspy.discovery", "tide_dspy.metrics"},
+    {"tide_dspy.methods"},
     {"tide_dspy.programs", "tide_dspy.budget", "tide_dspy.analysis"},
     {"tide_dspy.evaluation", "tide_dspy.product"},
     {"tide_dspy.trials"},

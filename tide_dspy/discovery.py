@@ -297,12 +297,15 @@ class TIDE(DiscoveryProgram):
 
 
 class SingleAgent(DiscoveryProgram):
-    """One call that returns every finding at once."""
+    """One call that returns every finding at once: at most `max_findings`, by default TIDE's budget of T·k
+    (`max_rounds` x `per_round`, else the setting's; tide_dspy.methods says why). Its config records the one call
+    as max_rounds=1 and per_round=max_findings, which builds the same program again."""
 
-    def __init__(self, setting: str | Setting, max_findings: int = 10, **kwargs):
-        kwargs.setdefault("max_rounds", 1)
-        kwargs.setdefault("per_round", max_findings)
-        super().__init__(setting, **kwargs)
+    def __init__(self, setting: str | Setting, max_findings: int | None = None, **kwargs):
+        shape = get_setting(setting)
+        rounds, per_round = kwargs.pop("max_rounds", None), kwargs.pop("per_round", None)
+        budget = (rounds or shape.rounds) * (per_round or shape.per_round)
+        super().__init__(setting, max_rounds=1, per_round=max_findings or budget, **kwargs)
 
     def forward(self, case: Instance, on_round=None, on_scan=None) -> dspy.Prediction:
         ranking, scan = self.ranking(case, on_scan)

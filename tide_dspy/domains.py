@@ -4,6 +4,7 @@ instance: ids exist, the action is in the library, the patch parses. docs/settin
 
 from __future__ import annotations
 
+import functools
 import json
 import random
 from abc import ABC, abstractmethod
@@ -107,8 +108,9 @@ def render_found(findings: list[Finding], view: ContextView) -> str:
     )
 
 
-def schema_only(extra: dict) -> Any:
-    """A pydantic Field whose JSON schema becomes `extra`, while validation keeps the field's own type."""
+def schema_only(extra: dict, description: str | None = None) -> Any:
+    """A pydantic Field whose JSON schema becomes `extra` (with the field's `description`), while validation keeps
+    the field's own type."""
 
     def replace(schema: dict) -> None:
         description = schema.get("description")
@@ -117,7 +119,7 @@ def schema_only(extra: dict) -> Any:
         if description and "description" not in extra:
             schema["description"] = description
 
-    return Field(json_schema_extra=replace)
+    return Field(description=description, json_schema_extra=replace)
 
 
 def bounded_list(item: type, max_items: int, dialect: str = "full") -> type:
@@ -149,6 +151,34 @@ def in_dialect(model: type[BaseModel], dialect: str, max_enum_values: int | None
 
     return type(model.__name__, (model,), {"model_config": ConfigDict(json_schema_extra=written),
                                            "__module__": model.__module__})
+
+
+@functools.lru_cache(maxsize=64)
+def grounded_draft(draft_type: type[BaseModel], overrides: str, dialect: str = "full",
+                   max_enum_values: int | None = None) -> type[BaseModel]:
+    """`draft_type` whose fields' JSON schemas are replaced by `overrides` (JSON text: field -> schema), written in
+    the provider's `dialect`; validation stays the draft type's own.
+
+    Its instances pickle (DSPy's bootstrapping hashes the demos it collects with pickle): a class made at run time
+    cannot be found by its name, so an instance reduces to `rebuild_grounded` with what rebuilds its class. The
+    classes are cached by those arguments, so the rounds of one instance share one class."""
+    own = draft_type.model_fields
+    fields = {name: (own[name].annotation, schema_only(schema, own[name].description))
+              for name, schema in json.loads(overrides).items()}
+    draft = create_model(draft_type.__name__.replace("Draft", ""),
+                         __base__=in_dialect(draft_type, dialect, max_enum_values), **fields)
+    draft.grounded_key = (draft_type, overrides, dialect, max_enum_values)
+    draft.__reduce__ = _reduce_grounded
+    return draft
+
+
+def _reduce_grounded(finding: BaseModel) -> tuple:
+    return rebuild_grounded, (type(finding).grounded_key, finding.model_dump())
+
+
+def rebuild_grounded(key: tuple, data: dict) -> BaseModel:
+    """An unpickled grounded finding: its class rebuilt from `key` (grounded_draft's arguments), its fields `data`."""
+    return grounded_draft(*key).model_validate(data)
 
 
 def render_action(action: ChosenAction | None) -> str:
@@ -290,10 +320,7 @@ class Setting(ABC):
             item["enum"] = list(view.handles)
         evidence = {"type": "array", "items": item, "minItems": 1, "maxItems": bound}
         overrides = {"evidence_ids": evidence, **self.draft_schema(instance)}
-        fields = {name: (self.draft_type.model_fields[name].annotation, schema_only(schema))
-                  for name, schema in overrides.items()}
-        draft = create_model(self.draft_type.__name__.replace("Draft", ""),
-                             __base__=in_dialect(self.draft_type, dialect, max_enum_values), **fields)
+        draft = grounded_draft(self.draft_type, json.dumps(overrides), dialect, max_enum_values)
         return base.with_updated_fields("findings", type_=bounded_list(draft, max_new, dialect))
 
     def complete_drafts(self, lm_response: Any) -> list:
