@@ -22,6 +22,7 @@ from tide_dspy.discovery import (
     MultiAgent,
     RandomBaseline,
     SingleAgent,
+    TfidfSimilarity,
 )
 from tide_dspy.domains import Setting
 from tide_dspy.schemas import Template
@@ -40,6 +41,7 @@ METHODS: dict[str, tuple[type[DiscoveryProgram], dict]] = {
     "random": (RandomBaseline, {"guidance": "none"}),
     "first-listed": (FirstListed, {"guidance": "none"}),
     "lexical-join": (LexicalJoin, {"guidance": "none"}),  # reads the text, calls no LM
+    "tfidf": (TfidfSimilarity, {"guidance": "none"}),  # TF-IDF similarity of the texts, no LM
 }
 
 

@@ -102,9 +102,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     src.add_argument("--program", default=None, help="a saved program: JSON path or models:/<name>/<version>")
     src.add_argument("--method", default=None,
                      choices=("tide", "single", "multi", "iter", "iter-demos", "random", "first-listed",
-                              "lexical-join"),
-                     help="random / first-listed / lexical-join: the chance floors (no LM call; lexical-join "
-                          "links artifacts that share rare tokens)")
+                              "lexical-join", "tfidf"),
+                     help="random / first-listed / lexical-join / tfidf: the chance floors (no LM call; lexical-join "
+                          "links artifacts that share rare tokens, tfidf those with the most alike TF-IDF vectors)")
     e.add_argument("--demos", type=positive_int, default=3, help="solved train examples for iter-demos")
     add_workers_option(e, "instances")
     e.add_argument("--out", default=None, help="results folder (default: runs/<setting>/<backbone>/<method>-<split>)")
