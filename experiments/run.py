@@ -50,7 +50,7 @@ FLOORS = plots.FLOOR_METHODS
 # ---- inputs ----
 
 def chosen_instances(args) -> list:
-    instances = load_instances(data_path(args.setting.name, args.data), setting=args.setting.name,
+    instances = load_instances(data_path(args.setting.name, args.data, args.data_version), setting=args.setting.name,
                                split=args.split)
     if args.instances:
         wanted = set(args.instances)
@@ -106,6 +106,7 @@ def make_program(method: str, args, templates: TemplateLibrary | None = None, ro
     shape = ProgramShape(rounds=T, per_round=k, max_evidence=args.max_evidence, shuffle_context=args.shuffle_context,
                          scan=scan)
     return build_method(args.setting, method, shape, templates=templates, demos=args.demos, data=args.data,
+                        data_version=args.data_version,
                         scan_templates=templates.templates if scan and method != "tide" and templates else None,
                         max_findings=T * k)
 
@@ -471,7 +472,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("experiment", choices=[*EXPERIMENTS, "all"])
     parser.add_argument("--setting", required=True, choices=SETTING_NAMES)
     parser.add_argument("--split", default="test")
-    parser.add_argument("--data", default=None, help="JSONL file or folder (default: the shared data of the setting)")
+    parser.add_argument("--data", default=None, help="a set's folder, one version's, or a JSONL file or folder "
+                                                     "(default: $TIDE_DATA/<setting>, else the shipped set)")
+    parser.add_argument("--data-version", default=None, help="the version of a versioned set (default: its highest)")
     parser.add_argument(
         "--templates",
         default=None,

@@ -94,20 +94,21 @@ def templates_path(setting: Setting, backbone: str, templates: str | Path | None
 
 def build_method(setting: Setting, method: str, shape: ProgramShape, *, templates=None, demos: int | None = 3,
                  data: str | None = None, train_instances: list[Instance] | None = None, scan_templates=None,
-                 max_findings: int | None = None):
+                 max_findings: int | None = None, data_version: str | None = None):
     """A fresh program of `method`, the one way every command and experiment builds one.
 
     tide reads `templates` (a library JSON path, a TemplateLibrary or a list of Templates); iter-demos takes
-    `demos` solved examples from `train_instances` (default: the train split). With a scan, `scan_templates` are
-    what a method without templates of its own rates against. `max_findings` bounds single's one call (default:
-    the program's)."""
+    `demos` solved examples from `train_instances` (default: the train split of `data` at `data_version`). With a
+    scan, `scan_templates` are what a method without templates of its own rates against. `max_findings` bounds
+    single's one call (default: the program's)."""
     from tide_dspy.data import load_instances
     from tide_dspy.templates import solved_demos
 
     demo_texts = None
     if method == "iter-demos":
         if train_instances is None:
-            train_instances = load_instances(data_path(setting.name, data), setting=setting.name, split="train")
+            train_instances = load_instances(data_path(setting.name, data, data_version), setting=setting.name,
+                                             split="train")
         demo_texts = solved_demos(train_instances, setting, demos)
     built = build_program(method, setting, templates=templates if method == "tide" else None, demos=demo_texts,
                           max_rounds=shape.rounds, per_round=shape.per_round, max_evidence=shape.max_evidence,
@@ -243,7 +244,8 @@ def compile_and_save(selection: Selection, *, lm: LMSource, backbone: str, metho
     train, val = split_train(instances, val_fraction, seed)
     library = templates_path(setting, backbone, templates, programs)
     program = build_method(setting, method, shape, templates=library if method == "tide" else None,
-                           demos=demos, data=selection.data, train_instances=train)
+                           demos=demos, data=selection.data, data_version=selection.data_version,
+                           train_instances=train)
     lm, judge_model = _lm(lm), metrics.make_judge(judge)
     folder = program_dir(setting.name, backbone, root=programs)
     out = folder / ("tide.json" if method == "tide" else f"{method}.json")
@@ -422,7 +424,7 @@ def evaluation_program(selection: Selection, *, backbone: str, program: str | No
         raise ValueError("--method needs --setting")
     setting = selection.setting
     built = build_method(setting, method, shape, templates=templates_path(setting, backbone, templates, programs),
-                         demos=demos, data=selection.data)
+                         demos=demos, data=selection.data, data_version=selection.data_version)
     return built, selection, method
 
 
@@ -542,7 +544,7 @@ def estimate_compile(selection: Selection, *, lm: LMSource, backbone: str, metho
     train, val = split_train(instances, val_fraction, seed)
     library, note = stand_in_templates(setting, backbone, templates, programs) if method == "tide" else (None, None)
     program = build_method(setting, method, shape, templates=library, demos=demos, data=selection.data,
-                           train_instances=train)
+                           data_version=selection.data_version, train_instances=train)
     config = load_optimizer_config(optimizer)
     init, comp = optimizer_arguments(config, demos=demos, options=parse_options(options), n_train=len(train))
     lm, judge_model = _lm(lm), metrics.make_judge(judge)
