@@ -30,6 +30,7 @@ from tide_dspy.backbones.providers import rules_of
 from tide_dspy.budget import Estimate, Limits, add_cost_options, estimate_runs
 from tide_dspy.data import load_instances
 from tide_dspy.data.selection import data_path, select_instances
+from tide_dspy.data.sets import locate
 from tide_dspy.domains import SETTING_NAMES, get_setting, per_setting
 from tide_dspy.evaluation import evaluate, read_rows
 from tide_dspy.metrics import InstanceScore, aggregate, make_judge
@@ -564,14 +565,16 @@ def main(argv=None) -> int:
     names = list(EXPERIMENTS) if args.experiment == "all" else [args.experiment]
     for name in names:
         started = time.time()
-        params = {"split": args.split, "instances": len(instances), "runs": args.runs,
+        data = locate(args.setting.name, args.data, args.data_version)
+        params = {"split": args.split, "instances": len(instances), "runs": args.runs, **data.params(),
                   "judge": getattr(judge, "label", "none"), **describe_lm(lm)}
         with tracked_run(f"experiment-{name}", setting=args.setting.name, backbone=args.backbone,
                          params=params) as run:
             with lm_context(lm):
                 metrics = EXPERIMENTS[name](args, instances, out, lm, judge)
             write_meta(out / f"meta-{name}.json", lm, judge, started, {
-                "experiment": name, "split": args.split, "instances": [i.instance_id for i in instances],
+                "experiment": name, "split": args.split, "data": data.record(),
+                "instances": [i.instance_id for i in instances],
                 "raw_lm_seconds": raw_seconds(out, instances)}, floors_only=args.floors_only)
             run.record(metrics=metrics, files={f: None for f in sorted(out.glob("*.*"))})
     return 0

@@ -152,3 +152,30 @@ def test_a_selection_reads_the_version_asked_for(no_tide_data):
     assert [i.instance_id for i in selection.load()] == ["ws-mvrmc-periop-ops", "ws-lumora-release-mgmt"]
 
 
+def test_evaluate_on_a_fresh_clone_reads_and_records_the_shipped_set(tmp_path, no_tide_data, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    expected = locate(WORKSPACE.name).record()
+    assert main(["evaluate", "--setting", "workspace", "--method", "random", "--no-track", "--out", "v2"]) == 0
+    assert main(["evaluate", "--setting", "workspace", "--method", "random", "--no-track", "--out", "v1",
+                 "--data-version", "v1"]) == 0
+    for out, version in (("v2", "v2"), ("v1", "v1")):
+        config, summary = (json.loads((tmp_path / out / name).read_text()) for name in ("config.json", "summary.json"))
+        assert config["data"] == summary["data"] == {**expected, "version": version}
+        assert len(summary["instances"]) == 4
+
+
+def test_tracking_params_name_the_set_its_version_and_checksum(tmp_path, no_tide_data, monkeypatch):
+    from mlflow import MlflowClient
+
+    monkeypatch.chdir(tmp_path)
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    monkeypatch.setenv("MLFLOW_REGISTRY_URI", uri)
+    assert main(["evaluate", "--setting", "workspace", "--method", "first-listed", "--out", "eval"]) == 0
+    client = MlflowClient(tracking_uri=uri)
+    [run] = client.search_runs([client.get_experiment_by_name("tide-dspy").experiment_id])
+    info = locate(WORKSPACE.name)
+    assert {k: run.data.params[k] for k in ("data_set", "data_version", "data_sha256")} == {
+        "data_set": "workspace", "data_version": "v2", "data_sha256": info.sha256}
+
+

@@ -84,7 +84,7 @@ def _base_params(selection: Selection, instances: list[Instance], lm, judge: str
     from tide_dspy.backbones import describe_lm
 
     return {"split": selection.split, "n_instances": len(instances), "dataset_hash": dataset_hash(instances),
-            "judge": judge, "lm": describe_lm(lm)}
+            **selection.source().params(), "judge": judge, "lm": describe_lm(lm)}
 
 
 def templates_path(setting: Setting, backbone: str, templates: str | Path | None, programs: str | Path) -> Path:
@@ -172,7 +172,7 @@ def distill(selection: Selection, *, lm: LMSource, backbone: str, judge: str = "
                   "merges": meta["merges"], "capped": len(meta["capped"]), "templates": len(library)}
         if len(library):
             library.save(out)
-            run.provenance(out.parent, out.name, seconds=seconds, **counts,
+            run.provenance(out.parent, out.name, seconds=seconds, **counts, data=selection.source().record(),
                            mean_abstraction_score=scores["mean_score"],
                            draft_mean_abstraction_score=scores["draft_mean_score"])
         run.record(metrics={**counts, "seconds": seconds, "draft_mean_abstraction_score": scores["draft_mean_score"],
@@ -302,7 +302,8 @@ def compile_and_save(selection: Selection, *, lm: LMSource, backbone: str, metho
         save_program(compiled, out, extra=extra)
         run.provenance(folder, out.name, seconds=seconds, metric=metric, val_before=metric_before,
                        val_after=metric_after, val_ids=params["val_ids"], train_ids=params["train_ids"],
-                       optimizer=optimizer, options=overrides, search=search, lm_usage=run.usage())
+                       optimizer=optimizer, options=overrides, search=search, lm_usage=run.usage(),
+                       data=selection.source().record())
         run.record(files={out: "program", **{path: None for path in (
             library, folder / "compile" / "val_before.jsonl", folder / "compile" / "val_after.jsonl",
             folder / "compile" / "trials.jsonl")}})
@@ -368,7 +369,7 @@ def tune_and_save(selection: Selection, *, lm: LMSource, backbone: str, trials: 
                    "best_trial": best.number, "trials": len(found.trials)}
         folder.mkdir(parents=True, exist_ok=True)
         write_json(folder / "tune.json", summary, ensure_ascii=True)
-        run.provenance(folder, "tune.json", seconds=seconds)
+        run.provenance(folder, "tune.json", seconds=seconds, data=selection.source().record())
         run.record(metrics={"best_value": best.value, "seconds": seconds},
                    params={f"best_{k}": v for k, v in best.params.items()}, files={folder / "tune.json": None})
     return TuneResult(study=study_name, storage=clean_storage, metric=metric, best_trial=best.number,
@@ -456,7 +457,7 @@ def evaluate_split(selection: Selection, *, lm: LMSource, backbone: str, program
         result = evaluate(built, instances, judge=judge_model, out_path=results, resume=resume, lm=lm,
                           method=method, execute=execute, workers=workers, limits=limits,
                           config={"command": tracking.command_line, "program_path": program, "backbone": backbone,
-                                  "split": selection.split})
+                                  "split": selection.split, "data": selection.source().record()})
         seconds = run.seconds()
         run.record(scores={"": result}, usage=result.lm_usage,
                    metrics={"seconds": seconds, "n_incomplete": result.n_incomplete, "n_skipped": result.n_skipped,
