@@ -179,3 +179,23 @@ def test_tracking_params_name_the_set_its_version_and_checksum(tmp_path, no_tide
         "data_set": "workspace", "data_version": "v2", "data_sha256": info.sha256}
 
 
+def _build_script():
+    spec = importlib.util.spec_from_file_location("workspace_build", SHIPPED_DATA / "workspace" / "build.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_committed_v2_is_the_build_of_v1_and_the_sources():
+    build = _build_script()
+    assert build.stale(build.build()) == []
+
+
+def test_the_build_is_byte_stable():
+    build = _build_script()
+    records = build.build()
+    assert build.jsonl_bytes(records) == build.jsonl_bytes(build.build())
+    content = build.jsonl_bytes(records)
+    packed = lzma.compress(content, format=lzma.FORMAT_XZ, check=lzma.CHECK_CRC64, preset=build.XZ_PRESET)
+    assert packed == lzma.compress(content, format=lzma.FORMAT_XZ, check=lzma.CHECK_CRC64, preset=build.XZ_PRESET)
+    assert lzma.decompress(build.V2.read_bytes()) == content

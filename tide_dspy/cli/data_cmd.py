@@ -1,4 +1,5 @@
-"""`tide data ...`: dataset statistics, the repository-instance builder and the workspace generator."""
+"""`tide data ...`: dataset statistics, the set checker, the repository-instance builder and the workspace
+generator."""
 
 from __future__ import annotations
 
@@ -20,6 +21,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     stats.add_argument("--split", default=None, help="only this split (train, test, ...)")
     stats.add_argument("--skip-invalid", action="store_true", help="skip invalid records, and list them")
     stats.set_defaults(func=run_stats)
+
+    check = sub.add_parser("check", help="check a benchmark set's invariants and print its chance floors per split")
+    check.add_argument("path", nargs="?", default=None,
+                       help="a set's folder, one version's folder, or a JSONL file or folder (default: every version "
+                            "of every set under the data root: $TIDE_DATA, else the sets shipped with tide-dspy)")
+    check.add_argument("--data-version", default=None,
+                       help="the version of a versioned set (default: its highest; without PATH, every version)")
+    check.add_argument("--paper-scale", action="store_true",
+                       help="also require the paper's scale (workspace set): 88-113 items per workspace, >= 30 "
+                            "workspaces and 150 problems, >= 8 train workspaces with >= 40 problems, >= 20 test")
+    check.add_argument("--no-floors", action="store_true", help="check the invariants only")
+    check.set_defaults(func=run_check)
 
     build = sub.add_parser("build-repo", help="build multi-bug repository instances from SWE-bench-format rows")
     build.add_argument("--rows", required=True, help="JSONL of SWE-bench rows (instance_id, repo, base_commit, "
@@ -59,6 +72,43 @@ def run_stats(args: argparse.Namespace) -> int:
         for error in result.skipped:
             print(f"  {error.path} line {error.line}: {error.reason}")
     return 0
+
+
+def run_check(args: argparse.Namespace) -> int:
+    from tide_dspy.data.set_check import check_data
+    from tide_dspy.data.sets import data_root, versions
+    from tide_dspy.floors import floor_scores, format_floors, split_rows
+
+    if args.path is not None:
+        targets = [(args.path, args.data_version)]
+    else:
+        root = data_root()
+        folders = sorted(p for p in root.iterdir() if p.is_dir() and (versions(p) or p.name in SETTING_NAMES))
+        targets = [(folder, v) for folder in folders for v in ([args.data_version] if args.data_version else
+                                                               versions(folder) or [None])]
+    failed = 0
+    for path, version in targets:
+        result = check_data(path, version=version, paper_scale=args.paper_scale)
+        info = result.info
+        counts = ", ".join(f"{split} {sum(i.split == split for i in result.instances)} instances / "
+                           f"{sum(len(i.problems) for i in result.instances if i.split == split)} problems"
+                           for split in dict.fromkeys(i.split for i in result.instances))
+        print(f"{info.path}: {info.name} {info.version or '(no version)'}, {result.setting} setting, sha256 "
+              f"{info.sha256[:16]}...")
+        print(f"  {counts}")
+        if result.passed:
+            print("  every invariant holds" + (" at the paper's scale" if args.paper_scale else ""))
+        else:
+            failed += 1
+            print(f"  {len(result.problems)} broken invariant(s):")
+            for line in result.problems:
+                print(f"  - {line}")
+        if not args.no_floors:
+            rows = split_rows(result.instances, floor_scores(result.instances))
+            print("  chance floors, retrieval F1 (mean ± 95% interval half-width over instances):")
+            print("\n".join("    " + line for line in format_floors(rows).splitlines()))
+        print()
+    return 1 if failed else 0
 
 
 def run_build_repo(args: argparse.Namespace) -> int:
