@@ -152,6 +152,13 @@ def test_a_selection_reads_the_version_asked_for(no_tide_data):
     assert [i.instance_id for i in selection.load()] == ["ws-mvrmc-periop-ops", "ws-lumora-release-mgmt"]
 
 
+def test_stats_of_a_set_folder_count_its_version(capsys):
+    assert main(["data", "stats", str(SHIPPED_DATA / "workspace"), "--data-version", "v1"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == f"{SHIPPED_DATA / 'workspace' / 'v1'} (workspace)"
+    assert next(line for line in lines if line.startswith("total")).split()[1:4] == ["6", "31", "317"]
+
+
 def test_evaluate_on_a_fresh_clone_reads_and_records_the_shipped_set(tmp_path, no_tide_data, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     expected = locate(WORKSPACE.name).record()

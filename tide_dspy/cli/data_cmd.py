@@ -15,7 +15,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     sub = data.add_subparsers(dest="data_command", required=True)
 
     stats = sub.add_parser("stats", help="instances, problems, artifacts and evidence by split")
-    stats.add_argument("path", help="a JSONL file or a folder of JSONL files")
+    stats.add_argument("path", help="a JSONL file or a folder of JSONL files, or a versioned set's folder")
+    stats.add_argument("--data-version", default=None, help="the version of a versioned set (default: its highest)")
     stats.add_argument("--setting", choices=SETTING_NAMES, default=None,
                        help="force the format (default: detected from the records)")
     stats.add_argument("--split", default=None, help="only this split (train, test, ...)")
@@ -59,13 +60,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run_stats(args: argparse.Namespace) -> int:
     from tide_dspy.data.loaders import load_with_report
+    from tide_dspy.data.sets import locate
     from tide_dspy.data.stats import dataset_stats, format_stats_table
 
-    result = load_with_report(args.path, setting=args.setting, split=args.split, skip_invalid=args.skip_invalid)
+    path = locate(args.setting, args.path, args.data_version).path  # a versioned set's folder: its version
+    result = load_with_report(path, setting=args.setting, split=args.split, skip_invalid=args.skip_invalid)
     if not result.instances:
-        print(f"{args.path}: no instances" + (f" in split {args.split!r}" if args.split else ""))
+        print(f"{path}: no instances" + (f" in split {args.split!r}" if args.split else ""))
     else:
-        print(f"{args.path} ({result.instances[0].setting})")
+        print(f"{path} ({result.instances[0].setting})")
         print(format_stats_table(dataset_stats(result.instances)))
     if result.skipped:
         print(f"\nskipped {len(result.skipped)} invalid record(s):")
