@@ -1,6 +1,6 @@
 """Build the v2 workspace set from v1 and the hand-written sources, check it, and print its chance floors.
 
-    python data/workspace/build.py                       # write v2/workspaces.jsonl.xz and SHA256SUMS, check, floors
+    python data/workspace/build.py                       # check; write v2/workspaces.jsonl.xz and SHA256SUMS; floors
     python data/workspace/build.py --check               # write nothing; fail if the committed v2 is not the build
     python data/workspace/build.py --paper-scale         # also require the paper's scale (tide data check's option)
     python data/workspace/build.py --only src/ws-x.yaml  # check one source (and its floors), write nothing
@@ -210,6 +210,8 @@ def main(argv: list[str] | None = None) -> int:
         problems += stale(records)
         for line in stale(records):
             print(line)
+    elif problems and not args.only:
+        print(f"{V2} not written: {len(problems)} broken invariant(s) above")
     elif not args.only:
         written = write_v2(records)
         (HERE / SUMS).write_text(sums_text(HERE), encoding="utf-8")
