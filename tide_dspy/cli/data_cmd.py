@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 
 from tide_dspy.backbones import add_lm_options
-from tide_dspy.domains import SETTING_NAMES
+from tide_dspy.domains import SETTING_NAMES, WORKSPACE
 from tide_dspy.util.argtypes import positive_int
 
 
@@ -30,8 +30,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     check.add_argument("--data-version", default=None,
                        help="the version of a versioned set (default: its highest; without PATH, every version)")
     check.add_argument("--paper-scale", action="store_true",
-                       help="also require the paper's scale (workspace set): 88-113 items per workspace, >= 30 "
-                            "workspaces and 150 problems, >= 8 train workspaces with >= 40 problems, >= 20 test")
+                       help="also require the paper's scale (workspace set; without PATH, its default version): "
+                            "88-113 items per workspace, >= 30 workspaces and 150 problems, >= 8 train workspaces "
+                            "with >= 40 problems, >= 20 test")
     check.add_argument("--no-floors", action="store_true", help="check the invariants only")
     check.set_defaults(func=run_check)
 
@@ -87,7 +88,10 @@ def run_check(args: argparse.Namespace) -> int:
     else:
         root = data_root()
         folders = sorted(p for p in root.iterdir() if p.is_dir() and (versions(p) or p.name in SETTING_NAMES))
+        if args.paper_scale:  # the paper's scale is a target of the workspace set's default version
+            folders = [p for p in folders if p.name == WORKSPACE.name]
         targets = [(folder, v) for folder in folders for v in ([args.data_version] if args.data_version else
+                                                               versions(folder)[-1:] if args.paper_scale else
                                                                versions(folder) or [None])]
     failed = 0
     for path, version in targets:
