@@ -30,6 +30,7 @@ from tide_dspy.backbones.providers import rules_of
 from tide_dspy.budget import Estimate, Limits, add_cost_options, estimate_runs, money
 from tide_dspy.data import load_instances
 from tide_dspy.data.selection import data_path, select_instances
+from tide_dspy.data.sets import locate
 from tide_dspy.domains import SETTING_NAMES, get_setting, per_setting
 from tide_dspy.evaluation import evaluate, read_rows
 from tide_dspy.methods import get_method, lm_methods
@@ -51,7 +52,7 @@ FLOORS = plots.FLOOR_METHODS
 # ---- inputs ----
 
 def chosen_instances(args) -> list:
-    instances = load_instances(data_path(args.setting.name, args.data), setting=args.setting.name,
+    instances = load_instances(data_path(args.setting.name, args.data, args.data_version), setting=args.setting.name,
                                split=args.split)
     if args.instances:
         wanted = set(args.instances)
@@ -116,6 +117,7 @@ def make_program(method: str, args, templates: TemplateLibrary | None = None, ro
                          scan=scan)
     own = get_method(method).templates
     return build_method(args.setting, method, shape, templates=templates, data=args.data,
+                        data_version=args.data_version,
                         scan_templates=templates.templates if scan and not own and templates else None)
 
 
@@ -614,7 +616,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("experiment", choices=[*EXPERIMENTS, "all"])
     parser.add_argument("--setting", required=True, choices=SETTING_NAMES)
     parser.add_argument("--split", default="test")
-    parser.add_argument("--data", default=None, help="JSONL file or folder (default: the shared data of the setting)")
+    parser.add_argument("--data", default=None, help="a set's folder, one version's, or a JSONL file or folder "
+                                                     "(default: $TIDE_DATA/<setting>, else the shipped set)")
+    parser.add_argument("--data-version", default=None, help="the version of a versioned set (default: its highest)")
     parser.add_argument(
         "--templates",
         default=None,
@@ -703,14 +707,16 @@ def main(argv=None) -> int:
     judge = make_judge(options.judge_spec(args.judge))
     for name in names:
         started = time.time()
-        params = {"split": args.split, "instances": len(instances), "runs": args.runs,
+        data = locate(args.setting.name, args.data, args.data_version)
+        params = {"split": args.split, "instances": len(instances), "runs": args.runs, **data.params(),
                   "judge": getattr(judge, "label", "none"), **describe_lm(lm)}
         with tracked_run(f"experiment-{name}", setting=args.setting.name, backbone=args.backbone,
                          params=params) as run:
             with lm_context(lm):
                 metrics = EXPERIMENTS[name](args, instances, out, lm, judge)
             write_meta(out / f"meta-{name}.json", lm, judge, started, {
-                "experiment": name, "split": args.split, "instances": [i.instance_id for i in instances],
+                "experiment": name, "split": args.split, "data": data.record(),
+                "instances": [i.instance_id for i in instances],
                 "raw_lm_seconds": raw_seconds(out, instances)}, floors_only=args.floors_only)
             run.record(metrics=metrics, files={f: None for f in sorted(out.glob("*.*"))})
     return 0

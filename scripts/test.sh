@@ -2,11 +2,13 @@
 # The test lanes, fastest first, in the active Python environment (the README's test command; CI runs all four).
 #
 #   bash scripts/test.sh            # fast, then paper, then full, then wheel
-#   bash scripts/test.sh fast       # lint, docs check and the offline suite: no llama.cpp build, no data needed
+#   bash scripts/test.sh fast       # lint, docs check and the offline suite (the shipped sets' checks too): no
+#                                   # llama.cpp build, nothing to download
 #   bash scripts/test.sh paper      # the paper's settings end to end against the provider simulator (minutes)
 #   bash scripts/test.sh full       # builds the embedded backbone once (scripts/install.sh), then the tests of the
 #                                   # real model, the served llama.cpp engine and PostgreSQL
-#   bash scripts/test.sh wheel      # builds the wheel, installs it in a new venv and runs `tide discover` from it
+#   bash scripts/test.sh wheel      # builds the wheel, installs it in a new venv and runs `tide discover` and
+#                                   # `tide data check` (the sets it carries) from it
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -51,6 +53,7 @@ wheel() {
   cp -r examples/sample_repo "$tmp/sample_repo"
   (cd "$tmp" && venv/bin/tide discover repo sample_repo --rounds 1 --out report) | tee "$tmp/discover.log"
   grep -q "shipped" "$tmp/discover.log" || { echo "[test] the wheel found no shipped program or templates" >&2; return 1; }
+  (cd "$tmp" && env -u TIDE_DATA venv/bin/tide data check --no-floors)
 }
 
 for name in "${lanes[@]}"; do

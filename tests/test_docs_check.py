@@ -59,7 +59,7 @@ def test_a_machine_path_is_found(tmp_path, parser):
 
 def test_an_undocumented_variable_is_found(tmp_path):
     readme = tmp_path / "README.md"
-    readme.write_text("| variable | default | meaning |\n|---|---|---|\n| `TIDE_DATA` | ../shared/data | data |\n")
+    readme.write_text("| variable | default | meaning |\n|---|---|---|\n| `TIDE_DATA` | the shipped sets | data |\n")
     missing = [p.message.split()[0] for p in check_docs.check_configuration(readme, {"TIDE_DATA", "TIDE_N_CTX"})]
     assert missing == ["TIDE_N_CTX"]
 

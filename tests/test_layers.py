@@ -22,7 +22,7 @@ LAYERS = [
     {"tide_dspy.discovery", "tide_dspy.metrics"},
     {"tide_dspy.methods"},
     {"tide_dspy.programs", "tide_dspy.budget", "tide_dspy.analysis"},
-    {"tide_dspy.evaluation", "tide_dspy.product"},
+    {"tide_dspy.evaluation", "tide_dspy.product", "tide_dspy.floors"},
     {"tide_dspy.trials"},
     {"tide_dspy.optimize"},
     {"tide_dspy.workflows"},

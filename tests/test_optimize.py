@@ -315,6 +315,17 @@ def test_cli_compile_records_its_command_beside_the_templates_provenance(pipelin
     assert provenance["tide.json"]["command"].startswith("tide compile") and "templates.json" in provenance
 
 
+def test_every_step_records_the_data_it_read(pipeline):
+    from tide_dspy.data.sets import file_sha256
+
+    fixture = FIXTURE_DATA / "workspace" / "workspaces.jsonl"
+    read = {"name": "workspace", "version": None, "sha256": file_sha256(fixture)}
+    provenance = pipeline.read("programs/workspace/dummy/provenance.json")
+    assert {name: provenance[name]["data"] for name in provenance} == {
+        "templates.json": read, "tide.json": read, "tune.json": read}
+    assert pipeline.read("eval/config.json")["data"] == read == pipeline.read("eval/summary.json")["data"]
+
+
 def test_cli_tune_runs_the_trials_asked_for(pipeline):
     assert pipeline.codes["tune"] == 0
     assert pipeline.read("programs/workspace/dummy/tune.json")["trials"] == 2

@@ -18,7 +18,7 @@ from rapidfuzz import fuzz
 from tide_dspy.backbones.providers import rules_of
 from tide_dspy.backbones.usage import entries_since, usage_mark, usage_tokens
 from tide_dspy.domains import NO_GUIDANCE, ContextView, Setting, get_setting, render_templates
-from tide_dspy.lexical import linked_groups
+from tide_dspy.lexical import linked_groups, tfidf_weights
 from tide_dspy.retry import call_with_retries, describe_error
 from tide_dspy.scan import Ranking, Scanner, ScanRecord, scan_and_rank
 from tide_dspy.schemas import Finding, Instance, RoundRecord, Template
@@ -417,6 +417,16 @@ class LexicalJoin(ChanceBaseline):
         return linked_groups(texts, self.evidence_size, self.n_findings)
 
 
+class TfidfSimilarity(ChanceBaseline):
+    """LexicalJoin's grouping under the textbook similarity: each finding cites a group of `evidence_size`
+    artifacts whose TF-IDF vectors are the most alike (tide_dspy.lexical.tfidf_weights). The floor of a retriever
+    that reads words without understanding them."""
+
+    def picks(self, instance: Instance, view: ContextView) -> list[list[str]]:
+        texts = {a.id: self.setting.render_artifact(a) for a in view.artifacts}
+        return linked_groups(texts, self.evidence_size, self.n_findings, weigh=tfidf_weights)
+
+
 PROGRAM_KINDS: dict[str, type[DiscoveryProgram]] = {
     "TIDE": TIDE,
     "SingleAgent": SingleAgent,
@@ -424,4 +434,5 @@ PROGRAM_KINDS: dict[str, type[DiscoveryProgram]] = {
     "RandomBaseline": RandomBaseline,
     "FirstListed": FirstListed,
     "LexicalJoin": LexicalJoin,
+    "TfidfSimilarity": TfidfSimilarity,
 }

@@ -251,6 +251,12 @@ class Setting(ABC):
     def render_resolution(self, item: Finding | GoldProblem) -> str:
         """The item's resolution as the judge reads it."""
 
+    def record_features(self):
+        """The record format of this setting's benchmark set as explicit `datasets.Features`, keys in the order the
+        records list them (data.sets loads the shipped sets through them). A setting without a shipped set has
+        none."""
+        raise NotImplementedError(f"{type(self).__name__} declares no benchmark record format")
+
     def template_id(self, number: int, total: int = 0) -> str:
         """ws-t01 / repo-t001; the width grows when a library outgrows it."""
         prefix, width = self.template_id_prefix
@@ -431,6 +437,30 @@ class WorkspaceSetting(Setting):
     def from_record(self, record):
         return Instance.model_validate({"setting": self.name, **present(record, self.RECORD_KEYS)})
 
+    def record_features(self):
+        """An artifact's payload differs by kind and a gold action's parameters by action type: both are free-form
+        JSON (datasets.Json). The rest has a fixed schema."""
+        from datasets import Features, Json, List, Value
+
+        text, texts = Value("string"), List(Value("string"))
+        return Features({
+            "instance_id": text, "split": text,
+            "profile": {
+                "persona_id": text, "full_name": text, "occupation": text, "about": text,
+                "relationships": List({"name": text, "type": text, "department": text, "context": text}),
+                "personal_context": {"work_style": text, "communication_preferences": texts,
+                                     "current_priorities": texts, "pain_points": texts},
+                "organization": {"company_name": text, "department": text, "team_size": Value("int64"),
+                                 "reporting_to": text, "key_meetings": texts},
+                "today": text,
+            },
+            "actions": List({"id": text, "type": text, "description": text, "constraints": texts,
+                             "required_parameters": texts}),
+            "artifacts": List({"id": text, "kind": text, "created_at": text, "payload": Json()}),
+            "problems": List({"problem_id": text, "description": text, "evidence": texts,
+                              "action": {"action_id": text, "type": text, "parameters": Json()}, "category": text}),
+        })
+
     def render_resolution(self, item):
         return render_action(item.action)
 
@@ -561,6 +591,23 @@ class RepositorySetting(Setting):
             **present(record, self.RECORD_KEYS),
             "artifacts": [self.candidate_artifact(i, c) for i, c in enumerate(record_list(record, self.record_key))],
             "meta": present(record, self.META_KEYS),
+        })
+
+    def record_features(self):
+        from datasets import Features, List, Value
+
+        text, texts, count = Value("string"), List(Value("string")), Value("int64")
+        return Features({
+            "instance_id": text, "repo": text, "anchor_commit": text, "anchor_date": text, "split": text,
+            "num_problems": count, "num_candidates": count, "num_buggy_functions": count,
+            "candidates": List({"id": text, "path": text, "qualname": text, "start_line": count, "end_line": count,
+                                "code": text}),
+            "problems": List({
+                "problem_id": text, "description": text, "evidence": texts, "patch": text, "fail_to_pass": texts,
+                "pass_to_pass": texts, "created_at": text, "base_commit": text, "version": text, "test_patch": text,
+                "test_patch_applies_at_anchor": Value("bool"), "buggy_code_identical_to_base_commit": Value("bool"),
+                "anchor_minus_base_days": Value("float64"), "source_datasets": texts,
+            }),
         })
 
     @classmethod

@@ -30,6 +30,7 @@ from tide_dspy.discovery import (
     MultiAgent,
     RandomBaseline,
     SingleAgent,
+    TfidfSimilarity,
 )
 
 DEMOS = 3
@@ -74,6 +75,7 @@ METHODS: dict[str, Method] = {m.name: m for m in (
     Method("random", RandomBaseline, summary="a chance floor: T·k findings of random artifacts"),
     Method("first-listed", FirstListed, summary="a chance floor: the artifacts in the order shown"),
     Method("lexical-join", LexicalJoin, summary="a chance floor: artifacts that share rare tokens"),
+    Method("tfidf", TfidfSimilarity, summary="a chance floor: artifacts with the most alike TF-IDF vectors"),
 )}
 
 

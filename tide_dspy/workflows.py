@@ -89,7 +89,7 @@ def _describe(lm) -> dict:
 
 def _base_params(selection: Selection, instances: list[Instance], lm, judge: str) -> dict:
     return {"split": selection.split, "n_instances": len(instances), "dataset_hash": dataset_hash(instances),
-            "judge": judge, "lm": _describe(lm)}
+            **selection.source().params(), "judge": judge, "lm": _describe(lm)}
 
 
 def templates_path(setting: Setting, backbone: str, templates: str | Path | None, programs: str | Path) -> Path:
@@ -98,12 +98,14 @@ def templates_path(setting: Setting, backbone: str, templates: str | Path | None
 
 
 def build_method(setting: Setting, method: str, shape: ProgramShape, *, templates=None, data: str | None = None,
-                 train_instances: list[Instance] | None = None, scan_templates=None):
+                 data_version: str | None = None, train_instances: list[Instance] | None = None,
+                 scan_templates=None):
     """A fresh program of `method` (tide_dspy.methods), the one way every command and experiment builds one.
 
     A method that reads templates reads `templates` (a library JSON path, a TemplateLibrary or a list of Templates);
     one that shows solved examples takes its number of them from `train_instances` (default: the train split of
-    `data`). With a scan, `scan_templates` are what a method without templates of its own rates against."""
+    `data` at `data_version`). With a scan, `scan_templates` are what a method without templates of its own rates
+    against."""
     from tide_dspy.data import load_instances
     from tide_dspy.templates import solved_demos
 
@@ -111,7 +113,8 @@ def build_method(setting: Setting, method: str, shape: ProgramShape, *, template
     demo_texts = None
     if spec.demos:
         if train_instances is None:
-            train_instances = load_instances(data_path(setting.name, data), setting=setting.name, split="train")
+            train_instances = load_instances(data_path(setting.name, data, data_version), setting=setting.name,
+                                             split="train")
         demo_texts = solved_demos(train_instances, setting, spec.demos)
     built = build_program(method, setting, templates=templates if spec.templates else None, demos=demo_texts,
                           max_rounds=shape.rounds, per_round=shape.per_round, max_evidence=shape.max_evidence,
@@ -174,7 +177,7 @@ def distill(selection: Selection, *, lm: LMSource, backbone: str, judge: str = "
                   "merges": meta["merges"], "capped": len(meta["capped"]), "templates": len(library)}
         if len(library):
             library.save(out)
-            run.provenance(out.parent, out.name, seconds=seconds, **counts,
+            run.provenance(out.parent, out.name, seconds=seconds, **counts, data=selection.source().record(),
                            mean_abstraction_score=scores["mean_score"],
                            draft_mean_abstraction_score=scores["draft_mean_score"])
         run.record(metrics={**counts, "seconds": seconds, "draft_mean_abstraction_score": scores["draft_mean_score"],
@@ -260,7 +263,8 @@ def compile_and_save(selection: Selection, *, lm: LMSource, backbone: str, metho
     instances = selection.load()
     train, val = split_train(instances, val_fraction, seed)
     library = templates_path(setting, backbone, templates, programs)
-    program = build_method(setting, method, shape, templates=library, data=selection.data, train_instances=train)
+    program = build_method(setting, method, shape, templates=library, data=selection.data,
+                           data_version=selection.data_version, train_instances=train)
     lm, judge_model = _lm(lm), metrics.make_judge(judge)
     proposer = _lm(prompt_lm) if prompt_lm is not None else None
     folder = program_dir(setting.name, backbone, root=programs)
@@ -325,7 +329,7 @@ def compile_and_save(selection: Selection, *, lm: LMSource, backbone: str, metho
         run.provenance(folder, out.name, seconds=seconds, metric=metric, val_before=metric_before,
                        val_after=metric_after, kept=kept, keep_worse=keep_worse, val_ids=params["val_ids"],
                        train_ids=params["train_ids"], optimizer=optimizer, options=overrides, search=search,
-                       lm_usage=usage)
+                       lm_usage=usage, data=selection.source().record())
         run.record(files={out: "program", **{path: None for path in (
             library, folder / "compile" / "val_before.jsonl", folder / "compile" / "val_after.jsonl",
             folder / "compile" / "trials.jsonl")}})
@@ -391,7 +395,7 @@ def tune_and_save(selection: Selection, *, lm: LMSource, backbone: str, trials: 
                    "best_trial": best.number, "trials": len(found.trials)}
         folder.mkdir(parents=True, exist_ok=True)
         write_json(folder / "tune.json", summary, ensure_ascii=True)
-        run.provenance(folder, "tune.json", seconds=seconds)
+        run.provenance(folder, "tune.json", seconds=seconds, data=selection.source().record())
         run.record(metrics={"best_value": best.value, "seconds": seconds},
                    params={f"best_{k}": v for k, v in best.params.items()}, files={folder / "tune.json": None})
     return TuneResult(study=study_name, storage=clean_storage, metric=metric, best_trial=best.number,
@@ -447,7 +451,7 @@ def evaluation_program(selection: Selection, *, backbone: str, program: str | No
         raise ValueError("--method needs --setting")
     setting = selection.setting
     built = build_method(setting, method, shape, templates=templates_path(setting, backbone, templates, programs),
-                         data=selection.data)
+                         data=selection.data, data_version=selection.data_version)
     return built, selection, method
 
 
@@ -479,7 +483,7 @@ def evaluate_split(selection: Selection, *, lm: LMSource, backbone: str, program
         result = evaluate(built, instances, judge=judge_model, out_path=results, resume=resume, lm=lm,
                           method=method, execute=execute, workers=workers, limits=limits,
                           config={"command": tracking.command_line, "program_path": program, "backbone": backbone,
-                                  "split": selection.split})
+                                  "split": selection.split, "data": selection.source().record()})
         seconds = run.seconds()
         run.record(scores={"": result}, usage=result.lm_usage,
                    metrics={"seconds": seconds, "n_incomplete": result.n_incomplete, "n_skipped": result.n_skipped,
@@ -567,7 +571,8 @@ def estimate_compile(selection: Selection, *, lm: LMSource, backbone: str, metho
     train, val = split_train(instances, val_fraction, seed)
     library, note = (stand_in_templates(setting, backbone, templates, programs) if get_method(method).templates
                      else (None, None))
-    program = build_method(setting, method, shape, templates=library, data=selection.data, train_instances=train)
+    program = build_method(setting, method, shape, templates=library, data=selection.data,
+                           data_version=selection.data_version, train_instances=train)
     config = load_optimizer_config(optimizer)
     init, comp = optimizer_arguments(config, demos=demos, options=parse_options(options), n_train=len(train))
     lm, judge_model = _lm(lm), metrics.make_judge(judge)

@@ -140,7 +140,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def _selection(args: argparse.Namespace) -> Selection:
     ids = [i.strip() for i in args.ids.split(",") if i.strip()] if args.ids else None
     setting = get_setting(args.setting) if args.setting else None  # the one lookup of --setting
-    return Selection(setting=setting, split=args.split, data=args.data, ids=ids,
+    return Selection(setting=setting, split=args.split, data=args.data, data_version=args.data_version, ids=ids,
                      max_context_tokens=args.max_context_tokens, limit=args.limit, skip_invalid=args.skip_invalid)
 
 
