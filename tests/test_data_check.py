@@ -17,6 +17,7 @@ from tide_dspy.data.set_check import (
     check_set,
     check_workspace,
     paper_scale_problems,
+    schema_problems,
     shared_evidence_allowed,
 )
 from tide_dspy.domains import WORKSPACE
@@ -79,6 +80,14 @@ def test_on_v2s_test_split_lexical_join_finds_at_most_1_6_times_what_random_does
 
 
 # ---- each invariant ----
+
+def test_a_field_the_loader_would_refuse_is_named_before_the_set_is_written(workspaces):
+    r = copy.deepcopy(workspaces[0])
+    r["profile"]["personal_context"]["current_priorities"][0] = {"Heat season": "cooling centres"}  # YAML's `a: b`
+    [line] = schema_problems(r, "workspace")
+    assert line.startswith(f"{r['instance_id']}: profile.personal_context.current_priorities[0]: expected string")
+    assert schema_problems(workspaces[0], "workspace") == []
+
 
 def test_the_workspace_checks_name_the_workspace_and_the_item(workspaces):
     r = copy.deepcopy(workspaces[0])

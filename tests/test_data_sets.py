@@ -98,7 +98,7 @@ def test_load_benchmark_gives_a_dataset_with_the_settings_features_and_the_insta
     bench = load_benchmark(WORKSPACE.name, split="test", cache_dir=cache)
     assert isinstance(bench.dataset, datasets.Dataset) and bench.dataset.features == WORKSPACE.record_features()
     assert isinstance(bench.dataset.features["artifacts"].feature["payload"], datasets.Json)
-    assert bench.dataset.num_rows == len(bench.instances) == 4
+    assert bench.dataset.num_rows == len(bench.instances) == 22
     assert [i.split for i in bench.instances] == ["test"] * 4
     assert bench.info.record() == {"name": "workspace", "version": "v2", "sha256": locate(WORKSPACE.name).sha256}
 
@@ -168,7 +168,7 @@ def test_evaluate_on_a_fresh_clone_reads_and_records_the_shipped_set(tmp_path, n
     for out, version in (("v2", "v2"), ("v1", "v1")):
         config, summary = (json.loads((tmp_path / out / name).read_text()) for name in ("config.json", "summary.json"))
         assert config["data"] == summary["data"] == {**expected, "version": version}
-        assert len(summary["instances"]) == 4
+        assert len(summary["instances"]) == 22
 
 
 def test_tracking_params_name_the_set_its_version_and_checksum(tmp_path, no_tide_data, monkeypatch):

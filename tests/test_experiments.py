@@ -65,7 +65,7 @@ def experiments(tmp_path_factory, repository_instance) -> Experiments:
     return Experiments(out, codes)
 
 
-FLOORS = ["random", "first-listed", "lexical-join"]
+FLOORS = ["random", "first-listed", "lexical-join", "tfidf"]
 
 
 @pytest.mark.parametrize("experiment", ["table1", "steps", "rounds", "instances", "budget", "poolsize", "demos",

@@ -147,7 +147,7 @@ def test_an_experiment_records_its_table_scores_and_every_output_file(tmp_path, 
                            "tide.backbone": "local"}
     assert {"command", "setting", "backbone", "git_sha", "split", "instances", "runs", "judge", "model"} <= (
         run["params"])
-    methods = ("random", "first-listed", "lexical-join", "tide")
+    methods = ("random", "first-listed", "lexical-join", "tfidf", "tide")
     assert set(run["metrics"]) == {f"{m}.{c}_f1" for m in methods for c in ("retrieval", "identification",
                                                                              "resolution")}
     assert run["artifacts"] == {p.name for p in out.glob("*.*")}

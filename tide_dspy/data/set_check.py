@@ -16,10 +16,12 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+from pydantic import ValidationError
+
 from tide_dspy.data.loaders import InvalidRecordError, load_instances, read_data
-from tide_dspy.data.records import detect_setting
-from tide_dspy.data.sets import SetInfo, load_located, locate
-from tide_dspy.domains import REPOSITORY, WORKSPACE
+from tide_dspy.data.records import describe_record_error, detect_setting, instance_from_record
+from tide_dspy.data.sets import SetInfo, fit, load_located, locate
+from tide_dspy.domains import REPOSITORY, SETTINGS, WORKSPACE
 from tide_dspy.schemas import Instance
 from tide_dspy.util.diffs import diff_problem, patch_paths
 from tide_dspy.workspace_actions import ACTION_TYPES
@@ -290,6 +292,17 @@ def paper_scale_problems(records: list[dict], scale: PaperScale = PAPER_SCALE) -
     return [f"paper scale: {have} {what}, fewer than {want}" for what, have, want in shortfalls if have < want]
 
 
+def schema_problems(record: dict, setting: str) -> list[str]:
+    """The record as the loaders read it (the setting's Features, then an Instance), else one line naming the
+    instance and the field at fault."""
+    try:
+        fit(record, SETTINGS[setting].record_features())
+        instance_from_record(record, setting)
+    except (ValueError, ValidationError) as exc:
+        return [f"{record.get('instance_id', '?')}: {describe_record_error(exc, record)}"]
+    return []
+
+
 def check_records(records: list[dict], setting: str, card: str | None = None,
                   ranges: Ranges | None = None) -> list[str]:
     """The invariants of each record, and those between records (unique ids, no copied text): what a part of a set
@@ -298,7 +311,8 @@ def check_records(records: list[dict], setting: str, card: str | None = None,
         raise ValueError(f"no set checks for setting {setting!r}; known: {', '.join(CHECKS)}")
     allowed = shared_evidence_allowed(card)
     extra = {"ranges": ranges} if ranges is not None else {}
-    out = [line for r in records for line in CHECKS[setting](r, allowed=allowed, **extra)]
+    out = [line for r in records for line in schema_problems(r, setting)]
+    out += [line for r in records for line in CHECKS[setting](r, allowed=allowed, **extra)]
     out += [f"{r.get('instance_id', '?')}: split {r.get('split')!r} is not one of {', '.join(SPLITS)}"
             for r in records if r.get("split") not in SPLITS]
     iids = Counter(r.get("instance_id") for r in records)
