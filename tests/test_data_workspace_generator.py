@@ -327,3 +327,46 @@ def test_the_assembled_record_has_the_sets_layout_and_passes_its_checker():
     first_email = next(a for a in record["artifacts"] if a["kind"] == "email")["payload"]
     assert first_email["sender"] == "Ada Quill <ada.quill@northfield.example>"
     assert first_email["to"] == ["Bo Lindqvist <bo@northfield.example>"]
+
+
+def test_the_bottleneck_stage_asks_the_specs_kinds_and_refuses_another():
+    from tide_dspy.data.workspace_checks import check_bottlenecks
+
+    generator = WorkspaceGenerator(max_attempts=2)
+    kinds = SPEC.categories[:2]
+    wrong = {"bottlenecks": [bottleneck(1, kinds[1]), bottleneck(2, kinds[0])]}
+    right = {"bottlenecks": [bottleneck(k, kind.upper()) for k, kind in enumerate(kinds, 1)]}
+    lm = DummyLM([wrong, right])
+    persona, world = PersonaDraft(**PERSONA), WorldModelDraft(**WORLD)
+    value, log = run_stage(lm, generator.write_bottlenecks,
+                           lambda p: check_bottlenecks(p.bottlenecks, kinds, world, persona, "2026-03-02"),
+                           persona="{}", world_model="{}", today="2026-03-02", kinds=list(kinds))
+    assert [b.category for b in value.bottlenecks] == [k.upper() for k in kinds]  # the case is the LM's
+    assert log[0].attempts == 2 and "category" in log[0].errors[0]
+    assert f'"{kinds[0]}"' in lm.history[0]["messages"][-1]["content"]
+
+
+def test_distractor_batches_each_follow_their_own_strategies_and_are_retried_alone():
+    spec = replace(SPEC, artifacts=7)  # no evidence: seven distractors
+    kinds = distractor_kinds(spec, [])
+    assert kinds == {"email": 4, "document": 2, "calendar": 1}
+    problems = [BottleneckDraft(**bottleneck(k, kind)) for k, kind in enumerate(spec.categories, 1)]
+    answers = []
+    for b, (kind, count) in enumerate(kinds.items()):  # one batch of each kind (at most five)
+        anchors = problems[b % len(problems)].anchors
+        batch = [{**item(kind, words(60, f"b{b}i{i}")), "created_at": f"{spec.today}T08:00:00", "strategy": "x",
+                  "why_not_a_problem": "an FYI", "text": f"{anchors[0]} " + words(60, f"b{b}i{i}")}
+                 for i in range(count)]
+        if b == 0:  # the first batch once without any anchor: refused, asked again
+            answers.append({"distractors": [{**d, "text": words(60, f"no{i}")} for i, d in enumerate(batch)]})
+        answers.append({"distractors": batch})
+    lm = DummyLM(answers)
+    stages = Stages(2)
+    with dspy.context(lm=lm):
+        found = WorkspaceGenerator(workers=1).distractors(spec, problems, [], "{}", [], stages)
+    assert len(found) == 7 and Counter(d.kind for d in found) == Counter(kinds)
+    assert [(e.stage, e.attempts) for e in stages.log] == [("distractors 1/3", 2), ("distractors 2/3", 1),
+                                                           ("distractors 3/3", 1)]
+    assert "reuse an anchor" in stages.log[0].errors[0]
+    asked = [m["messages"][-1]["content"].split("[[ ## strategies ## ]]")[1].split("[[ ##")[0] for m in lm.history]
+    assert len(set(asked[1:])) == len(asked) - 1  # no two batches are asked the same strategies

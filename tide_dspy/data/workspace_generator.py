@@ -82,6 +82,7 @@ from tide_dspy.data.workspace_prompts import (
     WritePersona,
     WriteWorldModel,
 )
+from tide_dspy.domains import WORKSPACE
 from tide_dspy.retry import call_with_retries
 from tide_dspy.util.safe_write import append_text, write_text
 from tide_dspy.util.text import cap, print_line
@@ -364,8 +365,11 @@ class WorkspaceGenerator(dspy.Module):
 def distractor_kinds(spec: WorkspaceSpec, evidence_kinds: list[str]) -> dict[str, int]:
     """How many distractors of each kind bring the workspace to `spec.artifacts` items near the set's mix."""
     total = spec.artifacts - len(evidence_kinds)
-    wanted = {k: max(0, round(spec.artifacts * share) - evidence_kinds.count(k)) for k, share in KIND_SHARE.items()}
-    wanted["email"] += total - sum(wanted.values())  # rounding goes to the largest kind
+    short = {k: max(0.0, spec.artifacts * share - evidence_kinds.count(k)) for k, share in KIND_SHARE.items()}
+    exact = {k: total * s / (sum(short.values()) or 1) for k, s in short.items()}
+    wanted = {k: int(x) for k, x in exact.items()}
+    for k in sorted(exact, key=lambda k: wanted[k] - exact[k])[:total - sum(wanted.values())]:
+        wanted[k] += 1  # the largest remainders take what rounding down left
     return wanted
 
 
@@ -398,7 +402,7 @@ def make_id(prefix: str, instance_id: str, key: str) -> str:
 
 
 def _slug(text: str) -> str:
-    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:40] or "workspace"
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:40] or "unnamed"
 
 
 def artifact_record(draft: ArtifactDraft, created_at: str, instance_id: str, key: str) -> dict[str, Any]:
@@ -453,7 +457,7 @@ def record_errors(record: dict[str, Any]) -> list[str]:
     """The set checker's findings on one workspace, and the loader's, if any."""
     errors = check_record(record)
     try:
-        instance_from_record(record, "workspace")
+        instance_from_record(record, WORKSPACE.name)
     except ValueError as exc:
         errors.append(f"{record['instance_id']}: {describe_record_error(exc, record)}")
     return errors
