@@ -48,9 +48,11 @@ def run_log(out) -> dict:
 @pytest.mark.parametrize("provider,path", [("openai", "native"), ("anthropic", "litellm")])
 def test_generated_workspaces_pass_the_set_checker(sim, monkeypatch, tmp_path, capsys, provider, path):
     out = tmp_path / "generated.jsonl"
-    assert generate(sim, monkeypatch, out, "--n", "2", "--seed", "5", provider=provider, path=path) == 0
+    assert generate(sim, monkeypatch, out, "--n", "2", "--train", "1", "--seed", "5", provider=provider,
+                    path=path) == 0
     written = records(out)
     assert check_records(written) == []  # counts, ids, evidence, gold actions, distractor share, near copies
+    assert [r["split"] for r in written] == ["train", "test"]
     assert sim.rejected() == []
     for record in written:
         assert 88 <= len(record["artifacts"]) <= 113 and 4 <= len(record["problems"]) <= 6
@@ -106,6 +108,8 @@ def test_a_failing_workspace_is_skipped_and_a_stopped_run_resumes(sim, monkeypat
     assert "was run with --seed 0, not 9" in capsys.readouterr().out
     assert generate(sim, monkeypatch, out, "--n", "3", "--no-check") == 2
     assert "already holds workspaces: pass --resume" in capsys.readouterr().out
+    assert generate(sim, monkeypatch, out, "--n", "3", "--train", "4", "--resume", "--no-check") == 2
+    assert "--train 4: the train workspaces are some of the --n 3" in capsys.readouterr().out
 
 
 def test_help_warns_that_a_small_local_model_writes_poor_workspaces(capsys):

@@ -6,7 +6,7 @@ import argparse
 
 from tide_dspy.backbones import add_lm_options
 from tide_dspy.domains import SETTING_NAMES
-from tide_dspy.util.argtypes import positive_int
+from tide_dspy.util.argtypes import count, positive_int
 
 GENERATE_DESCRIPTION = """\
 Generate workspaces through PROBE's generation stages (fastino-ai/PROBE_benchmark, data_generation/), one DSPy
@@ -56,7 +56,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     gen.add_argument("--n", type=positive_int, default=1, help="workspaces to generate (numbered 1..N in the run)")
     gen.add_argument("--out", required=True, help="output JSONL, in the workspace set's layout; its record of "
                                                   "stages goes beside it, as <name>.generation.json")
-    gen.add_argument("--split", default="test", choices=("train", "test"), help="split label of every workspace")
+    gen.add_argument("--train", type=count, default=0,
+                     help="how many of the N are the train split (the first ones); the rest are test (default 0)")
     gen.add_argument("--seed", type=int, default=0,
                      help="the run's seed: roles, dates, sizes and problem kinds of each workspace")
     gen.add_argument("--max-attempts", type=positive_int, default=3,
@@ -65,7 +66,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                      help="LM calls at once within a workspace (problems' evidence, distractor batches); the "
                           "embedded backbone always takes one")
     gen.add_argument("--resume", action="store_true",
-                     help="continue the run that wrote --out (same --seed and --split): generate the workspaces "
+                     help="continue the run that wrote --out (same --seed and --train): generate the workspaces "
                           "it has not written, a skipped one included")
     gen.set_defaults(func=run_generate_workspace)
 
@@ -108,7 +109,7 @@ def run_generate_workspace(args: argparse.Namespace) -> int:
         print(f"warning: --backbone {args.backbone} is a small local model; it writes poor workspaces (see --help)")
     lm = lm_from_options(LMOptions.from_namespace(args))
     try:
-        report = generate_workspaces(lm, n=args.n, out=args.out, split=args.split, seed=args.seed,
+        report = generate_workspaces(lm, n=args.n, out=args.out, train=args.train, seed=args.seed,
                                      max_attempts=args.max_attempts, resume=args.resume,
                                      workers=1 if serializes_calls(lm) else args.workers)
     except ValueError as exc:

@@ -492,13 +492,13 @@ def log_path_for(out: Path) -> Path:
     return out.with_name(out.name.removesuffix(".jsonl") + ".generation.json")
 
 
-def _resume_state(out: Path, log_path: Path, seed: int, split: str) -> tuple[dict, set[str]]:
+def _resume_state(out: Path, log_path: Path, seed: int, train: int) -> tuple[dict, set[str]]:
     """The earlier run's log, checked against `out` and this run's options; a mismatch is an error naming the fix."""
     if not log_path.exists():
         raise ValueError(f"cannot resume: {log_path} (the record of the run that wrote {out}) is missing; "
                          "start a new run with another --out")
     state = json.loads(log_path.read_text(encoding="utf-8"))
-    for name, value in (("seed", seed), ("split", split)):
+    for name, value in (("seed", seed), ("train", train)):
         if state.get(name) != value:
             raise ValueError(f"cannot resume: {log_path} was run with --{name} {state.get(name)!r}, not {value!r}; "
                              f"pass --{name} {state.get(name)}")
@@ -511,18 +511,21 @@ def _resume_state(out: Path, log_path: Path, seed: int, split: str) -> tuple[dic
     return state, set(present)
 
 
-def generate_workspaces(lm: dspy.LM, n: int, out: str | Path, split: str = "test", seed: int = 0,
+def generate_workspaces(lm: dspy.LM, n: int, out: str | Path, train: int = 0, seed: int = 0,
                         max_attempts: int = 3, workers: int = 4, resume: bool = False,
                         progress: Callable[[str], None] | None = print_line,
                         generator: WorkspaceGenerator | None = None) -> RunReport:
     """Generate workspaces 1..`n` of the run `seed` into `out` (JSONL), each appended as soon as it passes every
-    check. `resume` continues a run that stopped or skipped workspaces: those it wrote are not asked again.
+    check; workspaces 1..`train` are the train split, the rest test. `resume` continues a run that stopped or
+    skipped workspaces: those it wrote are not asked again.
 
     A refused stage output is sampled again up to `max_attempts` times in all; a workspace that still fails is
     skipped. Both are reported through `progress` and recorded in the log beside `out` (log_path_for)."""
     from tide_dspy.backbones.registry import lm_context
     from tide_dspy.backbones.usage import lm_usage, usage_mark
 
+    if not 0 <= train <= n:
+        raise ValueError(f"--train {train}: the train workspaces are some of the --n {n}, so 0 to {n}")
     out = Path(out)
     log_path = log_path_for(out)
     lock = threading.Lock()
@@ -533,12 +536,12 @@ def generate_workspaces(lm: dspy.LM, n: int, out: str | Path, split: str = "test
                 progress(line)
 
     if resume:
-        state, written_ids = _resume_state(out, log_path, seed, split)
+        state, written_ids = _resume_state(out, log_path, seed, train)
     else:
         if out.exists() and out.stat().st_size:
             raise ValueError(f"{out} already holds workspaces: pass --resume to continue that run, or choose "
                              "another --out")
-        state, written_ids = {"seed": seed, "split": split, "backbone": getattr(lm, "model", str(lm)),
+        state, written_ids = {"seed": seed, "train": train, "backbone": getattr(lm, "model", str(lm)),
                               "workspaces": []}, set()
         write_text(out, "")
     done = {w["number"] for w in state["workspaces"] if w["status"] == "written"}
@@ -559,7 +562,7 @@ def generate_workspaces(lm: dspy.LM, n: int, out: str | Path, split: str = "test
                 say(f"workspace {number}/{n}: {entry.stage} ok{retried}" + (f" ({entry.note})" if entry.note else ""))
 
             mark = usage_mark(lm)
-            pred = generator(spec=spec, split=split, on_stage=on_stage)
+            pred = generator(spec=spec, split="train" if number <= train else "test", on_stage=on_stage)
             errors = list(pred.errors)
             if pred.record is not None and not errors:
                 if pred.record["instance_id"] in written_ids:
