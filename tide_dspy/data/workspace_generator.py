@@ -7,7 +7,8 @@ bottleneck, source types, an evidence plan, the evidence items and a review of t
 bottleneck. Here the same stages run per workspace, one signature each (`workspace_prompts`), checked by
 `workspace_checks`, with these changes for the multi-problem layout:
 
-- a workspace has 4-6 problems of distinct kinds (`PROBLEM_CATEGORIES`), and a generated set spreads the kinds;
+- a workspace has 4-6 problems of distinct kinds (`PROBLEM_CATEGORIES`), and a generated set spreads the kinds
+  (PROBE's "hard" setting has 4-6 bottlenecks; its easy and medium settings are not offered);
 - the evidence plan fixes each item's kind and date (PROBE's source types are folded into it), and each problem
   gets 2-5 items, so it is seen only by joining them;
 - distractors make up 70-85% of the artifacts and reuse the problems' people, projects and ids (PROBE's
