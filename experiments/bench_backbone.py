@@ -36,25 +36,23 @@ import dspy  # noqa: E402
 from dspy.lm15 import Config, Message, Request  # noqa: E402
 
 from tide_dspy.backbones import describe_lm, get_lm  # noqa: E402
-from tide_dspy.data.records import instance_from_record  # noqa: E402
+from tide_dspy.data import load_instances  # noqa: E402
+from tide_dspy.data.selection import data_path  # noqa: E402
 from tide_dspy.discovery import TIDE, DiscoveryState  # noqa: E402
 from tide_dspy.domains import REPOSITORY, WORKSPACE, get_setting  # noqa: E402
 from tide_dspy.schemas import Finding  # noqa: E402
 from tide_dspy.templates import TemplateLibrary  # noqa: E402
-from tide_dspy.util.paths import data_root  # noqa: E402
 from tide_dspy.util.safe_write import write_text  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_DATA = data_root() / REPOSITORY.name / "swebench_multibug.jsonl"
+DEFAULT_DATA = data_path(REPOSITORY.name)  # $TIDE_DATA/repository, else the shipped set
 DEFAULT_INSTANCE = "pytest-dev__pytest__multi-10"  # the smallest candidate pool (~3k tokens rendered)
 
 
 def load_instance(path: Path, instance_id: str):
-    needle = f'"instance_id": "{instance_id}"'
-    with path.open() as f:
-        for line in f:
-            if needle in line[:500]:
-                return instance_from_record(json.loads(line))
+    for instance in load_instances(path, setting=REPOSITORY.name):
+        if instance.instance_id == instance_id:
+            return instance
     raise SystemExit(f"{path}: no instance {instance_id!r}")
 
 

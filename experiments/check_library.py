@@ -32,7 +32,8 @@ def main(argv: list[str] | None = None) -> int:
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("libraries", nargs="+")
-    p.add_argument("--data", default=None, help="the setting's data (default: $TIDE_DATA or ../shared/data)")
+    p.add_argument("--data", default=None,
+                   help="the setting's data (default: $TIDE_DATA/<setting>, else the shipped set)")
     args = p.parse_args(argv)
     dirty = 0
     cases: dict[str, dict[str, str]] = {}

@@ -10,6 +10,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from tide_dspy.methods import floor_methods  # noqa: E402
+
 COMPONENTS = ("retrieval", "identification", "resolution")
 
 
@@ -45,9 +47,8 @@ def _lines(records, x, ys, group, path, xlabel, ylabel, title):
     _save(fig, path)
 
 
-# The chance floors, hatched so they read as a reference: two read nothing, lexical-join reads the text. None
-# calls a model.
-FLOOR_METHODS = ("random", "first-listed", "lexical-join")
+# The chance floors (tide_dspy.methods), hatched so they read as a reference: none calls a model.
+FLOOR_METHODS = tuple(floor_methods())
 
 
 def higher_floor(records) -> tuple[str, float]:
@@ -108,18 +109,19 @@ def rounds(records, path: Path) -> None:
 
 
 def transfer(records, path: Path) -> None:
+    """Table 3's grid: retrieval coverage (percent) of TIDE, inference backbone x template source."""
     rows = sorted({r["inference"] for r in records})
     cols = sorted({r["templates_from"] for r in records})
-    grid = [[next((r["retrieval_f1"] or 0 for r in records if r["inference"] == i and r["templates_from"] == s), 0)
-             for s in cols] for i in rows]
+    grid = [[next((r["retrieval_coverage"] or 0 for r in records if r["inference"] == i and r["templates_from"] == s),
+                  0) for s in cols] for i in rows]
     fig, ax = plt.subplots(figsize=(1.8 + 1.5 * len(cols), 1.5 + 1.0 * len(rows)))
     im = ax.imshow(grid, cmap="viridis")
     ax.set_xticks(range(len(cols)), cols)
     ax.set_yticks(range(len(rows)), rows)
     for y, row in enumerate(grid):
         for x, v in enumerate(row):
-            ax.text(x, y, f"{100 * v:.1f}", ha="center", va="center", color="w")
-    ax.set(xlabel="templates from", ylabel="inference backbone", title="Template transfer (retrieval F1)")
+            ax.text(x, y, f"{v:.1f}", ha="center", va="center", color="w")
+    ax.set(xlabel="templates from", ylabel="inference backbone", title="Template transfer (retrieval coverage, %)")
     fig.colorbar(im)
     _save(fig, path)
 

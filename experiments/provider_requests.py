@@ -40,10 +40,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's 
 from tide_dspy.backbones import BACKBONES, get_lm, lm_context  # noqa: E402
 from tide_dspy.cli.main import main as tide  # noqa: E402
 from tide_dspy.data.loaders import load_instances  # noqa: E402
+from tide_dspy.data.selection import data_path  # noqa: E402
 from tide_dspy.domains import REPOSITORY, SETTINGS, WORKSPACE  # noqa: E402
 from tide_dspy.programs import build_program  # noqa: E402
 from tide_dspy.testing.provider_sim import Fault, PromptCache, ProviderSimulator  # noqa: E402
-from tide_dspy.util.paths import data_root  # noqa: E402
 from tide_dspy.util.tokens import estimate_tokens  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -166,10 +166,9 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     logging.disable(logging.WARNING)
     dspy.configure_cache(enable_disk_cache=False, enable_memory_cache=False)
-    data = data_root()
     selected = {}
     for setting, limit in ((WORKSPACE, args.workspace_limit), (REPOSITORY, args.repo_limit)):
-        path = data / setting.name
+        path = data_path(setting.name)  # $TIDE_DATA/<setting>, else the shipped set
         instances = [i for i in load_instances(path, setting=setting.name) if i.split == "test"]
         if setting is REPOSITORY:
             instances.sort(key=lambda i: estimate_tokens(setting.render_context(i)))
@@ -179,10 +178,10 @@ def main(argv=None) -> int:
         for provider, env in KEY_ENV.items():
             os.environ[env] = sim.keys[provider]
         for provider, path in ROUTES:
-            for setting, (data_path, instances) in selected.items():
+            for setting, (set_path, instances) in selected.items():
                 for method in ("tide", "single", "multi"):
                     out = Path(tmp) / f"{provider}-{path}-{setting}-{method}"
-                    row = run_evaluate(sim, provider, path, method, setting, data_path,
+                    row = run_evaluate(sim, provider, path, method, setting, set_path,
                                        [i.instance_id for i in instances], out)
                     runs.append(row)
                     print(f"{provider:9} {path:7} {setting:10} {method:6} calls {row['calls']:4} refused "

@@ -9,8 +9,8 @@ raw run is (re)started and resumes where it stopped, so a crash loses no finishe
 methods per instance, so the embedded backbone reuses the shared static prefix across methods.
 Budget and per-round analyses re-score the findings of the first k rounds of one T-round run (see
 tide_dspy.analysis): a 10-round run gives every budget k <= 10 without further LM calls.
-`table1 --dry-run` prints what the whole table would send and cost (every method, run and judge call; see
-docs/cost.md) and calls no model.
+`--dry-run` prints what an experiment (or `all`) would send and cost, per inference backbone (every method, run
+and judge call, each raw run once; see docs/cost.md), and calls no model.
 """
 
 from __future__ import annotations
@@ -27,13 +27,15 @@ from pathlib import Path
 from tide_dspy import analysis
 from tide_dspy.backbones import LMOptions, add_lm_options, describe_lm, lm_context, lm_from_options
 from tide_dspy.backbones.providers import rules_of
-from tide_dspy.budget import Estimate, Limits, add_cost_options, estimate_runs
+from tide_dspy.budget import Estimate, Limits, add_cost_options, estimate_runs, money
 from tide_dspy.data import load_instances
 from tide_dspy.data.selection import data_path, select_instances
+from tide_dspy.data.sets import locate
 from tide_dspy.domains import SETTING_NAMES, get_setting, per_setting
 from tide_dspy.evaluation import evaluate, read_rows
+from tide_dspy.methods import get_method, lm_methods
 from tide_dspy.metrics import InstanceScore, aggregate, make_judge
-from tide_dspy.programs import load_program, program_dir
+from tide_dspy.programs import load_program, program_dir, safe_name
 from tide_dspy.templates import TemplateLibrary
 from tide_dspy.tracking import tracked_run
 from tide_dspy.util.safe_write import write_text
@@ -43,14 +45,14 @@ sys.path.insert(0, str(Path(__file__).parent))
 import plots  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-# The chance floors every table and curve shows beside the methods (no LM call; see tide_dspy.discovery).
+# The chance floors every table and curve shows beside the methods (no LM call; see tide_dspy.methods).
 FLOORS = plots.FLOOR_METHODS
 
 
 # ---- inputs ----
 
 def chosen_instances(args) -> list:
-    instances = load_instances(data_path(args.setting.name, args.data), setting=args.setting.name,
+    instances = load_instances(data_path(args.setting.name, args.data, args.data_version), setting=args.setting.name,
                                split=args.split)
     if args.instances:
         wanted = set(args.instances)
@@ -61,12 +63,20 @@ def chosen_instances(args) -> list:
     return instances
 
 
-def template_library(args, source_backbone: str | None = None) -> TemplateLibrary:
-    path = Path(args.templates) if args.templates and not source_backbone else (
-        program_dir(args.setting.name, source_backbone or args.backbone, root=ROOT / "programs") / "templates.json")
+def library_path(args, source: str | None = None) -> Path:
+    """The template library of this run (--templates, else PROGRAMS/<setting>/<backbone>/templates.json), or of the
+    backbone `source` (PROGRAMS/<setting>/<source>/templates.json: transfer's template sources)."""
+    if args.templates and source is None:
+        return Path(args.templates)
+    return program_dir(args.setting.name, source or args.backbone, root=args.programs) / "templates.json"
+
+
+def template_library(args, source: str | None = None) -> TemplateLibrary:
+    path = library_path(args, source)
     if not path.exists():
         raise SystemExit(f"no template library at {path}: run `tide distill --setting {args.setting.name} "
-                         f"--backbone {source_backbone or args.backbone}` first, or pass --templates")
+                         f"--backbone {source or args.backbone} --programs {args.programs}` first, or pass "
+                         "--templates")
     return TemplateLibrary.load(path)
 
 
@@ -105,9 +115,10 @@ def make_program(method: str, args, templates: TemplateLibrary | None = None, ro
     scan = args.focus_size if args.scan and method not in FLOORS else None
     shape = ProgramShape(rounds=T, per_round=k, max_evidence=args.max_evidence, shuffle_context=args.shuffle_context,
                          scan=scan)
-    return build_method(args.setting, method, shape, templates=templates, demos=args.demos, data=args.data,
-                        scan_templates=templates.templates if scan and method != "tide" and templates else None,
-                        max_findings=T * k)
+    own = get_method(method).templates
+    return build_method(args.setting, method, shape, templates=templates, data=args.data,
+                        data_version=args.data_version,
+                        scan_templates=templates.templates if scan and not own and templates else None)
 
 
 # ---- raw runs ----
@@ -226,38 +237,154 @@ def table1_methods(args) -> list[str]:
 def estimate_table1(args, instances, lm, judge, counter=None) -> Estimate:
     """What table1 would send and cost: every method (the floors call nothing), every run, the judge. `counter`
     (a budget.PromptCounter) may be shared between estimates of the same prompts."""
+    return estimate_experiments(["table1"], args, instances, lm, judge, counter)[args.backbone]
+
+
+def estimate_experiments(names: list[str], args, instances, lm, judge, counter=None) -> dict[str, Estimate]:
+    """What the experiments `names` would send and cost, per inference backbone: the raw runs of their plans, each
+    once (experiments share raw runs), every run (--runs), the judge. A library not distilled yet is stood in for
+    by the embedded backbone's (each estimate says so). No model is called."""
     from tide_dspy.workflows import estimate_targets, estimator_for, stand_in_templates
 
-    path, note = stand_in_templates(args.setting, args.backbone, args.templates, ROOT / "programs")
-    templates = TemplateLibrary.load(path)
-    plan = {m: make_program(m, args, templates) for m in table1_methods(args)}
-    targets = estimate_targets(lm, args.backbone, judge, args.judge, Limits.from_namespace(args))
-    estimate = estimate_runs(plan, instances, estimator_for(lm, targets, counter), targets, runs=args.runs)
-    estimate.notes += [f"{len(instances)} {args.setting.name} instances ({args.split} split) x {args.runs} run(s)",
-                       *([note] if note else [])]
-    return estimate
+    notes: list[str] = []
+
+    def library(source: str | None = None) -> TemplateLibrary:
+        backbone = source or args.backbone
+        path, note = stand_in_templates(args.setting, backbone, args.templates if source is None else None,
+                                        args.programs)
+        if note and note not in notes:
+            notes.append(note)
+        return TemplateLibrary.load(path)
+
+    merged = merge_plans(PLANS[name](args, library) for name in names)
+    limits = Limits.from_namespace(args)
+    estimates = {}
+    for backbone, programs in merged.items():
+        backbone_lm = lm if backbone == args.backbone else lm_from_options(LMOptions.from_namespace(args), backbone)
+        targets = estimate_targets(backbone_lm, backbone, judge, args.judge, limits)
+        estimate = estimate_runs(programs, instances, estimator_for(backbone_lm, targets, counter), targets,
+                                 runs=args.runs)
+        estimate.notes += [f"{len(instances)} {args.setting.name} instances ({args.split} split) x {args.runs} "
+                           f"run(s)", *notes]
+        estimates[backbone] = estimate
+    return estimates
+
+
+def merge_plans(plans) -> dict[str, dict[str, object]]:
+    """Plans ({inference backbone: {raw run: program}}) merged: a raw run several experiments share counts once."""
+    merged: dict[str, dict[str, object]] = {}
+    for plan in plans:
+        for backbone, programs in plan.items():
+            for name, program in programs.items():
+                merged.setdefault(backbone, {}).setdefault(name, program)
+    return merged
+
+
+def run_plan(args, plan: dict[str, dict[str, object]], instances, out, lm, judge) -> dict[str, list[dict]]:
+    """Every raw run of `plan`, each on its inference backbone (this run's `lm`, or one built for another name)."""
+    rows = {}
+    for backbone, programs in plan.items():
+        backbone_lm = lm if backbone == args.backbone else for_runs(
+            args, lm_from_options(LMOptions.from_namespace(args), backbone))
+        with lm_context(backbone_lm):
+            rows.update(run_raw(args, programs, instances, out, backbone_lm, judge))
+    return rows
+
+
+def for_runs(args, lm):
+    """`lm`, at temperature 0.7 when --runs > 1 would otherwise repeat one sample at temperature 0."""
+    if args.runs > 1 and not lm.kwargs.get("temperature") and rules_of(lm).accepts_temperature:
+        return lm.copy(temperature=0.7)
+    return lm
+
+
+def method_record(method: str, rows: list[dict], args, n_instances: int, **fields) -> dict:
+    """Mean and spread over runs of each component's coverage and F1, in percent; `fields` go before them."""
+    runs = rows_by_run(rows, args.runs, n_instances)
+    summary = analysis.summarize_runs([aggregate([analysis_score(row) for row in run]) for run in runs])
+    record = {"method": method, "instances": n_instances, "runs": args.runs,
+              "incomplete": sum(1 for run in runs for row in run if row.get("incomplete")), **fields}
+    for c in analysis.COMPONENTS:
+        for kind in ("coverage", "f1"):
+            mu, sd = summary[kind][c]
+            record[f"{c}_{kind}"] = None if mu is None else round(100 * mu, 2)
+            record[f"{c}_{kind}_std"] = None if sd is None else round(100 * sd, 2)
+    return record
+
+
+# ---- what each experiment runs: {inference backbone: {raw run name: program}} ----
+
+def table1_plan(args, library) -> dict:
+    templates = library()
+    return {args.backbone: {m: make_program(m, args, templates) for m in table1_methods(args)}}
+
+
+def demos_plan(args, library) -> dict:
+    templates = library()
+    return {args.backbone: {m: make_program(m, args, templates) for m in demos_methods()}}
+
+
+def steps_plan(args, library) -> dict:
+    templates = library()
+    return {args.backbone: {m: make_program(m, args, templates) for m in ("tide", "multi")}}
+
+
+def budget_plan(args, library) -> dict:
+    templates, T = library(), max(args.budgets)
+    return {args.backbone: {raw_name(m, T, args): make_program(m, args, templates, rounds=T)
+                            for m in (*FLOORS, "tide", "multi")}}
+
+
+def rounds_plan(args, library) -> dict:
+    templates = library()
+    return {args.backbone: {m: make_program(m, args, templates) for m in (*FLOORS, "tide", "iter")}}
+
+
+def transfer_name(args, inference: str, source: str) -> str:
+    """The raw run of TIDE on `inference` with `source`'s templates: Table 1's own TIDE run when that is it."""
+    if inference == args.backbone and library_path(args, source) == library_path(args):
+        return "tide"
+    return f"tide-{safe_name(inference)}-with-{safe_name(source)}"
+
+
+def transfer_plan(args, library) -> dict:
+    plan: dict[str, dict] = {args.backbone: {m: make_program(m, args) for m in FLOORS}}
+    for inference in args.backbones:
+        for source in args.template_sources:
+            plan.setdefault(inference, {})[transfer_name(args, inference, source)] = make_program(
+                "tide", args, library(source))
+    return plan
+
+
+def citations_plan(args, library) -> dict:
+    return {b: {transfer_name(args, b, b): make_program("tide", args, library(b))} for b in args.backbones}
+
+
+def poolsize_plan(args, library) -> dict:
+    templates = library()
+    return {args.backbone: {pool_name(n): make_program("tide" if n else "iter", args, templates.subset(n))
+                            for n in pool_sizes(args, templates)}}
+
+
+def pool_name(n: int) -> str:
+    """Pool size 0 is TIDE without templates, the Iter-only ablation: Table 1's own iter run."""
+    return f"tide-pool{n}" if n else "iter"
+
+
+def pool_sizes(args, templates: TemplateLibrary) -> list[int]:
+    return [s for s in args.pool_sizes if s <= len(templates.templates)] or [len(templates.templates)]
+
+
+def instances_plan(args, library) -> dict:
+    return {args.backbone: {"tide": make_program("tide", args, library())}}
 
 
 def table1(args, instances, out, lm, judge, stem: str = "table1") -> dict:
-    templates = template_library(args)
-    methods = table1_methods(args)
-    plan = {m: make_program(m, args, templates) for m in methods}
-    raw = run_raw(args, plan, instances, out, lm, judge)
-    skipped = window_skipped(out, plan, args.runs, instances)  # left out of `raw`, named under the table
-    records = []
-    for m in methods:
-        runs = rows_by_run(raw[m], args.runs, len(instances) - len(skipped))
-        aggregates = [aggregate([analysis_score(row) for row in run]) for run in runs]
-        summary = analysis.summarize_runs(aggregates)
-        rec = {"method": m, "instances": len(instances) - len(skipped), "runs": args.runs,
-               "incomplete": sum(1 for run in runs for row in run if row.get("incomplete")),
-               "skipped": len(skipped)}
-        for c in analysis.COMPONENTS:
-            for kind in ("coverage", "f1"):
-                mu, sd = summary[kind][c]
-                rec[f"{c}_{kind}"] = None if mu is None else round(100 * mu, 2)
-                rec[f"{c}_{kind}_std"] = None if sd is None else round(100 * sd, 2)
-        records.append(rec)
+    plan = (demos_plan if stem == "demos" else table1_plan)(args, lambda: template_library(args))
+    methods = list(plan[args.backbone])
+    raw = run_plan(args, plan, instances, out, lm, judge)
+    skipped = window_skipped(out, methods, args.runs, instances)  # left out of `raw`, named under the table
+    records = [method_record(m, raw[m], args, len(instances) - len(skipped), skipped=len(skipped)) for m in methods]
     write_csv(out / f"{stem}.csv", records)
     by_id = {i.instance_id: i for i in instances}
     write_csv(out / f"{stem}_hygiene.csv", [
@@ -351,9 +478,7 @@ def analysis_score(row: dict) -> InstanceScore:
 
 
 def steps(args, instances, out, lm, judge) -> dict:
-    templates = template_library(args)
-    raw = run_raw(args, {"tide": make_program("tide", args, templates), "multi": make_program("multi", args)},
-                  instances, out, lm, judge)
+    raw = run_plan(args, steps_plan(args, lambda: template_library(args)), instances, out, lm, judge)
     records = []
     for m in ("tide", "multi"):
         for t, v in analysis.steps_new_vs_rediscovered(raw[m]).items():
@@ -364,10 +489,7 @@ def steps(args, instances, out, lm, judge) -> dict:
 
 
 def budget(args, instances, out, lm, judge) -> dict:
-    templates = template_library(args)
-    T = max(args.budgets)
-    plan = {raw_name(m, T, args): make_program(m, args, templates, rounds=T) for m in (*FLOORS, "tide", "multi")}
-    raw = run_raw(args, plan, instances, out, lm, judge)
+    raw = run_plan(args, budget_plan(args, lambda: template_library(args)), instances, out, lm, judge)
     by_id = {i.instance_id: i for i in instances}
     records = []
     for name, rows in raw.items():
@@ -379,10 +501,8 @@ def budget(args, instances, out, lm, judge) -> dict:
 
 
 def rounds(args, instances, out, lm, judge) -> dict:
-    templates = template_library(args)
     T = args.rounds or args.setting.rounds
-    plan = {m: make_program(m, args, templates) for m in (*FLOORS, "tide", "iter")}
-    raw = run_raw(args, plan, instances, out, lm, judge)
+    raw = run_plan(args, rounds_plan(args, lambda: template_library(args)), instances, out, lm, judge)
     by_id = {i.instance_id: i for i in instances}
     records = []
     for name, rows in raw.items():
@@ -395,55 +515,66 @@ def rounds(args, instances, out, lm, judge) -> dict:
     return {}
 
 
+def demos_methods() -> list[str]:
+    return [*FLOORS, "iter-demos", "tide"]
+
+
 def demos(args, instances, out, lm, judge) -> dict:
-    saved_methods = args.methods
-    args.methods = ["iter-demos", "tide"]
-    try:
-        return table1(args, instances, out, lm, judge, stem="demos")
-    finally:
-        args.methods = saved_methods
+    return table1(args, instances, out, lm, judge, stem="demos")
 
 
-def transfer(args, instances, out, lm_unused, judge) -> dict:
-    records = []
+def transfer(args, instances, out, lm, judge) -> dict:
+    """Table 3: TIDE on each inference backbone with the templates each source backbone distilled, retrieval
+    coverage (the paper's number) and F1 of every component, beside the chance floors (which call no model)."""
+    raw = run_plan(args, transfer_plan(args, lambda source=None: template_library(args, source)), instances, out,
+                   lm, judge)
+    n = len(instances)
+    records = [{"inference": "-", "templates_from": "-", **method_record(m, raw[m], args, n)} for m in FLOORS]
     for inference in args.backbones:
-        lm = lm_from_options(LMOptions.from_namespace(args), inference)
         for source in args.template_sources:
-            program = make_program("tide", args, template_library(args, source_backbone=source))
-            raw = run_raw(args, {f"tide-{inference}-with-{source}": program}, instances, out, lm, judge)
-            rows = next(iter(raw.values()))
-            agg = aggregate([analysis_score(r) for r in rows])
             records.append({"inference": inference, "templates_from": source,
-                            **{f"{c}_f1": agg["f1"][c] for c in analysis.COMPONENTS}})
+                            **method_record("tide", raw[transfer_name(args, inference, source)], args, n)})
     write_csv(out / "transfer.csv", records)
-    plots.transfer(records, out / "transfer.png")
-    return {}
+    cells = {(r["inference"], r["templates_from"]): r for r in records}
+    lines = ["Retrieval coverage / F1 (percent; mean over runs), inference backbone x template source.", "",
+             f"| inference \\ templates from | {' | '.join(args.template_sources)} |",
+             f"|---|{'---|' * len(args.template_sources)}"]
+    for inference in args.backbones:
+        row = [cells[inference, s] for s in args.template_sources]
+        lines.append(f"| {inference} | "
+                     + " | ".join(f"{pct_or(r['retrieval_coverage'])} / {pct_or(r['retrieval_f1'])}" for r in row)
+                     + " |")
+    lines += ["", "Chance floors (no model): " + "; ".join(
+        f"{r['method']} {pct_or(r['retrieval_coverage'])} / {pct_or(r['retrieval_f1'])}" for r in records[:len(FLOORS)])
+              + f". {n} instance(s) x {args.runs} run(s); judge: {getattr(judge, 'label', 'none')}."]
+    write_text(out / "transfer.md", "\n".join(lines) + "\n")
+    plots.transfer([r for r in records if r["method"] == "tide"], out / "transfer.png")
+    print("\n".join(lines))
+    return {f"{r['inference']}.{r['templates_from']}.retrieval_coverage": r["retrieval_coverage"]
+            for r in records if r["method"] == "tide" and r["retrieval_coverage"] is not None}
 
 
 def citations(args, instances, out, lm, judge) -> dict:
+    """Figure 5: how often each backbone's TIDE findings cite each of its templates (its own library)."""
+    raw = run_plan(args, citations_plan(args, lambda source=None: template_library(args, source)), instances, out,
+                   lm, judge)
     records = []
     for backbone in args.backbones:
-        path = out.parent / out.name.replace(args.backbone, backbone) / "raw" / "tide" / "run0.jsonl"
-        rows = read_rows(path) if path.exists() else []
-        if not rows:
-            print(f"citations: no TIDE rows for {backbone} at {path}; run table1 for it first")
-        for template_id, n in analysis.template_citations(rows).most_common():
+        for template_id, n in analysis.template_citations(raw[transfer_name(args, backbone, backbone)]).most_common():
             records.append({"backbone": backbone, "template": template_id, "citations": n})
-    if records:
-        write_csv(out / "citations.csv", records)
-        plots.citations(records, out / "citations.png")
+    if not records:
+        records = [{"backbone": b, "template": "none", "citations": 0} for b in args.backbones]
+    write_csv(out / "citations.csv", records)
+    plots.citations(records, out / "citations.png")
     return {}
 
 
 def poolsize(args, instances, out, lm, judge) -> dict:
     library = template_library(args)
-    sizes = [s for s in args.pool_sizes if s <= len(library.templates)] or [len(library.templates)]
-    # Pool size 0 is TIDE without templates, i.e. the Iter-only ablation.
-    plan = {f"tide-pool{n}": make_program("tide" if n else "iter", args, library.subset(n)) for n in sizes}
-    raw = run_raw(args, plan, instances, out, lm, judge)
+    raw = run_plan(args, poolsize_plan(args, lambda: library), instances, out, lm, judge)
     records = []
-    for n in sizes:
-        agg = aggregate([analysis_score(r) for r in raw[f"tide-pool{n}"]])
+    for n in pool_sizes(args, library):
+        agg = aggregate([analysis_score(r) for r in raw[pool_name(n)]])
         records.append({"pool_size": n, **{f"{c}_f1": agg["f1"][c] for c in analysis.COMPONENTS}})
     write_csv(out / "poolsize.csv", records)
     plots.poolsize(records, out / "poolsize.png")
@@ -451,8 +582,7 @@ def poolsize(args, instances, out, lm, judge) -> dict:
 
 
 def per_instance(args, instances, out, lm, judge) -> dict:
-    templates = template_library(args)
-    raw = run_raw(args, {"tide": make_program("tide", args, templates)}, instances, out, lm, judge)
+    raw = run_plan(args, instances_plan(args, lambda: template_library(args)), instances, out, lm, judge)
     by_id = {i.instance_id: i for i in instances}
     records = analysis.per_instance_counts(raw["tide"], by_id)
     write_csv(out / "per_instance.csv", records)
@@ -464,6 +594,21 @@ EXPERIMENTS = {
     "table1": table1, "steps": steps, "budget": budget, "rounds": rounds, "demos": demos,
     "transfer": transfer, "citations": citations, "poolsize": poolsize, "instances": per_instance,
 }
+PLANS = {
+    "table1": table1_plan, "steps": steps_plan, "budget": budget_plan, "rounds": rounds_plan, "demos": demos_plan,
+    "transfer": transfer_plan, "citations": citations_plan, "poolsize": poolsize_plan, "instances": instances_plan,
+}
+
+
+def print_estimates(estimates: dict[str, Estimate], names: list[str], out: Path) -> None:
+    """Each inference backbone's estimate, then their total, for the experiments `names`."""
+    for backbone, estimate in estimates.items():
+        print(f"## {', '.join(names)} on {backbone}\n\n{estimate.table()}\n")
+    costs = [e.cost() for e in estimates.values()]
+    total = "unknown (a backbone has no prices; pass --price)" if any(c is None for c in costs) else money(sum(costs))
+    print(f"total: {total} for {', '.join(names)}; raw runs already in {out / 'raw'} are resumed, not repeated, "
+          "so a rerun costs less")
+    print("dry run: no model was called, nothing written")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -471,7 +616,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("experiment", choices=[*EXPERIMENTS, "all"])
     parser.add_argument("--setting", required=True, choices=SETTING_NAMES)
     parser.add_argument("--split", default="test")
-    parser.add_argument("--data", default=None, help="JSONL file or folder (default: the shared data of the setting)")
+    parser.add_argument("--data", default=None, help="a set's folder, one version's, or a JSONL file or folder "
+                                                     "(default: $TIDE_DATA/<setting>, else the shipped set)")
+    parser.add_argument("--data-version", default=None, help="the version of a versioned set (default: its highest)")
     parser.add_argument(
         "--templates",
         default=None,
@@ -489,8 +636,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--per-round", type=int, default=None, help=f"k (default: the setting's, {per_setting('per_round')})"
     )
-    parser.add_argument("--methods", nargs="*", default=None,
-                        choices=["single", "multi", "tide", "iter", "iter-demos", COMPILED],
+    parser.add_argument("--methods", nargs="*", default=None, choices=[*lm_methods(), COMPILED],
                         help="LM methods of table1 (default: single multi iter tide); the chance floors always run. "
                              f"{COMPILED}: the --compiled program, shaped as this run's tide")
     parser.add_argument("--compiled", default=None, metavar="PROGRAM",
@@ -502,12 +648,14 @@ def build_parser() -> argparse.ArgumentParser:
                         help="LM methods scan every artifact first and read the most suspect in full (results go to "
                              "a -scan folder)")
     parser.add_argument("--focus-size", type=int, default=8, help="with --scan: artifacts each round reads in full")
-    parser.add_argument("--demos", type=int, default=5, help="solved examples for Iter + Demos")
     parser.add_argument("--budgets", type=int, nargs="*", default=list(range(2, 11)))
     parser.add_argument("--pool-sizes", type=int, nargs="*", default=[0, 5, 10, 20, 40, 108])
     parser.add_argument("--backbones", nargs="*", default=None, help="transfer/citations: inference backbones")
     parser.add_argument("--template-sources", nargs="*", default=None, help="transfer: template source backbones")
     parser.add_argument("--out", default=None, help="default: experiments/results/<setting>-<backbone>")
+    parser.add_argument("--programs", type=Path, default=ROOT / "programs",
+                        help="the programs/<setting>/<backbone>/ tree the template libraries are read from "
+                             "(default: the checkout's programs/)")
     parser.add_argument("--floors-only", action="store_true",
                         help="run only the chance floors (no LM call) and rebuild the tables from the LM methods' "
                              "raw rows already in --out; meta-<experiment>.json keeps the command that made them")
@@ -547,28 +695,28 @@ def main(argv=None) -> int:
                                  "instances; pass the options of the command it records")
     options = LMOptions.from_namespace(args)
     lm = lm_from_options(options)  # a hosted backbone is checked with one cheap call first (--no-check skips it)
+    names = list(EXPERIMENTS) if args.experiment == "all" else [args.experiment]
     if args.dry_run:
-        if args.experiment != "table1":
-            raise SystemExit("--dry-run estimates table1 (the other experiments reuse its raw runs where they can)")
-        print(estimate_table1(args, instances, lm, make_judge(options.judge_spec(args.judge))).table())
-        print("dry run: no model was called, nothing written")
+        print_estimates(estimate_experiments(names, args, instances, lm, make_judge(options.judge_spec(args.judge))),
+                        names, out)
         return 0
     out.mkdir(parents=True, exist_ok=True)
-    if args.runs > 1 and not lm.kwargs.get("temperature") and rules_of(lm).accepts_temperature:
+    if for_runs(args, lm) is not lm:
         print("--runs > 1 at temperature 0 would repeat one sample: using temperature 0.7 for every run")
-        lm = lm.copy(temperature=0.7)
+        lm = for_runs(args, lm)
     judge = make_judge(options.judge_spec(args.judge))
-    names = list(EXPERIMENTS) if args.experiment == "all" else [args.experiment]
     for name in names:
         started = time.time()
-        params = {"split": args.split, "instances": len(instances), "runs": args.runs,
+        data = locate(args.setting.name, args.data, args.data_version)
+        params = {"split": args.split, "instances": len(instances), "runs": args.runs, **data.params(),
                   "judge": getattr(judge, "label", "none"), **describe_lm(lm)}
         with tracked_run(f"experiment-{name}", setting=args.setting.name, backbone=args.backbone,
                          params=params) as run:
             with lm_context(lm):
                 metrics = EXPERIMENTS[name](args, instances, out, lm, judge)
             write_meta(out / f"meta-{name}.json", lm, judge, started, {
-                "experiment": name, "split": args.split, "instances": [i.instance_id for i in instances],
+                "experiment": name, "split": args.split, "data": data.record(),
+                "instances": [i.instance_id for i in instances],
                 "raw_lm_seconds": raw_seconds(out, instances)}, floors_only=args.floors_only)
             run.record(metrics=metrics, files={f: None for f in sorted(out.glob("*.*"))})
     return 0

@@ -7,7 +7,9 @@
 - every relative link resolves to a file or folder of the checkout;
 - every environment variable the code reads is in README.md's configuration table (a row whose first cell
   names it);
-- no absolute path of a machine (`/home/...`, `/root/...`, `/work/...`, `/tmp/...`) appears.
+- no absolute path of a machine (`/home/...`, `/root/...`, `/work/...`, `/tmp/...`) appears;
+- docs/program.md's table of methods has one row per method of `tide_dspy.methods.METHODS`, with its class and
+  guidance.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ MACHINE_PATH = re.compile(r"(?<![\w.~-])/(?:home|root|work|tmp|Users|opt)/[\w.-]
 # Options of other tools that the docs name on their own (pytest's, git's).
 FOREIGN_FLAGS = {"--junitxml", "--end-of-options"}
 ENV_TABLE_ROW = re.compile(r"^\|\s*`([A-Z][A-Z0-9_]+)`", re.M)
+METHOD_ROW = re.compile(r"^\| `([a-z][a-z-]*)` \| `(\w+)` \| (\w+) \|", re.M)
+METHODS_PAGE = ROOT / "docs" / "program.md"
 
 
 @dataclass(frozen=True)
@@ -177,6 +181,26 @@ def check_configuration(readme: Path, names: set[str]) -> list[Problem]:
             for name in sorted(names - documented)]
 
 
+def check_methods(page: Path) -> list[Problem]:
+    """The rows `| `name` | `Class` | guidance | ... |` of the page against the method registry."""
+    from tide_dspy.methods import METHODS
+
+    text = page.read_text(encoding="utf-8")
+    rows = {m.group(1): (m.group(2), m.group(3), line_of(text, m.start())) for m in METHOD_ROW.finditer(text)}
+    problems = [Problem(page.name, 1, f"method {name!r} of tide_dspy.methods has no row in the table of methods "
+                                      f"(add | `{name}` | `{m.program.__name__}` | {m.guidance} | ... |)")
+                for name, m in METHODS.items() if name not in rows]
+    for name, (cls, guidance, line) in rows.items():
+        method = METHODS.get(name)
+        if method is None:
+            problems.append(Problem(page.name, line, f"the table lists {name!r}, which tide_dspy.methods does not "
+                                                     "define"))
+        elif (cls, guidance) != (method.program.__name__, method.guidance):
+            problems.append(Problem(page.name, line, f"{name!r} is {method.program.__name__} with guidance "
+                                                     f"{method.guidance} in tide_dspy.methods, not {cls} / {guidance}"))
+    return problems
+
+
 def main(argv: list[str] | None = None) -> int:
     files = [Path(f).resolve() for f in (argv or [])] or [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
     sys.path.insert(0, str(ROOT))
@@ -187,6 +211,8 @@ def main(argv: list[str] | None = None) -> int:
     problems = [p for f in files for p in check_file(f, parser, known)]
     if ROOT / "README.md" in files:
         problems += check_configuration(ROOT / "README.md", env_reads(ROOT / "tide_dspy"))
+    if METHODS_PAGE in files:
+        problems += check_methods(METHODS_PAGE)
     for problem in problems:
         print(problem)
     print(f"docs check: {len(files)} file(s), {len(problems)} problem(s)", file=sys.stderr)

@@ -16,24 +16,13 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 # Fixture repositories under fixtures/ carry their own test suites; they run only inside those repositories.
 collect_ignore_glob = ["fixtures/*"]
 
-# The offline tests read the small hand-written instances under fixtures/instances (laid out like the data folder:
-# workspace/ and repository/, so it can stand in for $TIDE_DATA); see its README. The benchmark data is never copied
-# into the repository: only the tests about the data itself read it, from $TIDE_DATA (default ../shared/data), and
-# skip with a reason without it.
+# The offline tests read the small hand-written instances under fixtures/instances (laid out like a data folder:
+# workspace/ and repository/, so it can stand in for $TIDE_DATA); see its README. The tests of the benchmark sets
+# read the sets shipped in the repository's data/ (SHIPPED_DATA), whatever $TIDE_DATA says.
 FIXTURE_DATA = Path(__file__).resolve().parent / "fixtures" / "instances"
 WORKSPACE_JSONL = FIXTURE_DATA / "workspace" / "workspaces.jsonl"
 REPOSITORY_JSONL = FIXTURE_DATA / "repository" / "instances.jsonl"
-
-
-def full_data(setting: str) -> Path:
-    """The full benchmark data of a setting ($TIDE_DATA/<setting>); the test is skipped with a reason without it."""
-    from tide_dspy.util.paths import DATA_ENV, data_root
-
-    path = data_root() / setting
-    if not path.exists():
-        pytest.skip(f"the full benchmark data is not at {path}; set {DATA_ENV} to the folder holding "
-                    "workspace/ and repository/ to run this data test")
-    return path
+SHIPPED_DATA = Path(__file__).resolve().parents[1] / "data"
 
 
 @pytest.fixture(autouse=True)

@@ -43,7 +43,7 @@ def table1(run, tmp_path, library, compiled, *extra):
 def test_table1_runs_the_compiled_program_beside_tide_and_the_three_floors(tmp_path, setup):
     run = load_script("run")
     out, rows = table1(run, tmp_path, *setup)
-    assert list(rows) == ["random", "first-listed", "lexical-join", "tide", "tide-compiled"]
+    assert list(rows) == ["random", "first-listed", "lexical-join", "tfidf", "tide", "tide-compiled"]
     assert float(rows["tide-compiled"]["retrieval_f1"]) > float(rows["tide"]["retrieval_f1"]) == 0
     config = json.loads((out / "raw" / "tide-compiled" / "config.json").read_text())["program"]
     assert (config["max_rounds"], config["per_round"]) == (2, 1)  # shaped as this run's tide, not as saved

@@ -51,9 +51,9 @@ class ScanLM(RoutedLM):
 
 @pytest.fixture()
 def ledgers():
-    """Three train copies of the ledger fixture (8 functions, 2 gold): a train part of 2, one held out."""
+    """Five train copies of the ledger fixture (8 functions, 2 gold): a train part of 2, three held out."""
     base = fixture_instances("repository", "train")[0]
-    return [base.model_copy(update={"instance_id": f"ledger-{n}"}) for n in range(3)]
+    return [base.model_copy(update={"instance_id": f"ledger-{n}"}) for n in range(5)]
 
 
 def scanning_program():
@@ -216,7 +216,9 @@ def test_cli_compile_stops_at_max_calls_saves_the_best_so_far_and_resumes(tmp_pa
     printed = capsys.readouterr()
     assert "stopped early: budget of 2 LM calls reached" in printed.err
     saved = json.loads(Path("programs/workspace/dummy/tide.json").read_text())
-    assert saved["tide_extra"]["search"]["stopped"] and saved["tide_extra"]["validation"]["after"] is None
+    validation = saved["tide_extra"]["validation"]
+    assert saved["tide_extra"]["search"]["stopped"] and validation["after"] > validation["before"]
+    assert validation["kept"] == "compiled"
     assert load_program("programs/workspace/dummy/tide.json").discover.signature.instructions == (
         "Read every artifact twice.")
 

@@ -59,9 +59,19 @@ def test_a_machine_path_is_found(tmp_path, parser):
 
 def test_an_undocumented_variable_is_found(tmp_path):
     readme = tmp_path / "README.md"
-    readme.write_text("| variable | default | meaning |\n|---|---|---|\n| `TIDE_DATA` | ../shared/data | data |\n")
+    readme.write_text("| variable | default | meaning |\n|---|---|---|\n| `TIDE_DATA` | the shipped sets | data |\n")
     missing = [p.message.split()[0] for p in check_docs.check_configuration(readme, {"TIDE_DATA", "TIDE_N_CTX"})]
     assert missing == ["TIDE_N_CTX"]
+
+
+def test_the_table_of_methods_must_match_the_registry(tmp_path):
+    page = tmp_path / "program.md"
+    page.write_text("| method | class | guidance | what |\n|---|---|---|---|\n"
+                    "| `tide` | `TIDE` | none | wrong guidance |\n| `magic` | `TIDE` | none | not a method |\n")
+    found = [p.message for p in check_docs.check_methods(page)]
+    assert "'tide' is TIDE with guidance templates in tide_dspy.methods, not TIDE / none" in found
+    assert "the table lists 'magic', which tide_dspy.methods does not define" in found
+    assert any(m.startswith("method 'single' of tide_dspy.methods has no row") for m in found)
 
 
 def test_the_code_reads_the_variables_the_registry_and_settings_name():

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 import dspy
 import pytest
+from conftest import FIXTURE_DATA
 from routed_lm import RoutedLM, fixture_instances
 
 from tide_dspy import metrics
@@ -215,10 +217,11 @@ def test_select_instances_by_context_size(repository_instance, workspace_instanc
 
 
 def test_data_path_resolution(tmp_path, monkeypatch):
-    (tmp_path / "workspace").mkdir()
+    shutil.copytree(FIXTURE_DATA / "workspace", tmp_path / "workspace")
     monkeypatch.setenv("TIDE_DATA", str(tmp_path))
     assert data_path("workspace") == tmp_path / "workspace"
-    assert data_path("workspace", tmp_path) == tmp_path
+    assert data_path("workspace", tmp_path / "workspace" / "workspaces.jsonl") == tmp_path / "workspace" / \
+        "workspaces.jsonl"
     with pytest.raises(FileNotFoundError, match="TIDE_DATA"):
         data_path("repository")
 

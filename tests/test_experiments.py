@@ -49,7 +49,7 @@ def experiments(tmp_path_factory, repository_instance) -> Experiments:
               "--instances", repository_instance.instance_id, "--templates", str(templates), "--judge", "proxy",
               "--out", str(out)]
     runs = {"table1": [], "steps": [], "rounds": [], "instances": [], "budget": ["--budgets", "2", "3"],
-            "poolsize": ["--pool-sizes", "0", "1"], "demos": ["--demos", "1"]}
+            "poolsize": ["--pool-sizes", "0", "1"], "demos": [], "transfer": [], "citations": []}
     codes = {}
     dspy.configure_cache(enable_disk_cache=False, enable_memory_cache=False)
     with pytest.MonkeyPatch.context() as patch:
@@ -68,7 +68,8 @@ def experiments(tmp_path_factory, repository_instance) -> Experiments:
 FLOORS = ["random", "first-listed", "lexical-join"]
 
 
-@pytest.mark.parametrize("experiment", ["table1", "steps", "rounds", "instances", "budget", "poolsize", "demos"])
+@pytest.mark.parametrize("experiment", ["table1", "steps", "rounds", "instances", "budget", "poolsize", "demos",
+                                        "transfer", "citations"])
 def test_each_experiment_exits_zero(experiments, experiment):
     assert experiments.codes[experiment] == 0
 
@@ -111,8 +112,22 @@ def test_demos_compares_iter_demos_with_the_floors_and_tide(experiments):
     assert [r["method"] for r in experiments.csv("demos.csv")] == [*FLOORS, "iter-demos", "tide"]
 
 
+def test_transfer_reports_retrieval_coverage_and_f1_per_backbone_and_template_source(experiments):
+    rows = experiments.csv("transfer.csv")
+    assert [(r["method"], r["inference"], r["templates_from"]) for r in rows] == [
+        *[(f, "-", "-") for f in FLOORS], ("tide", "local", "local")]  # the default backbone's own library
+    assert all(r["retrieval_coverage"] != "" and r["retrieval_f1"] != "" for r in rows)
+    assert "| local | " in (experiments.out / "transfer.md").read_text()
+
+
+def test_citations_counts_the_templates_tides_findings_cite(experiments):
+    cited = {r["template"]: int(r["citations"]) for r in experiments.csv("citations.csv")}
+    assert cited["repo-t001"] > 0 and cited["novel"] > 0
+
+
 @pytest.mark.parametrize("name", ["poolsize.png", "table1.png", "steps.png", "rounds.png", "budget.png",
-                                  "per_instance.png", "table1.md", "table1_hygiene.csv"])
+                                  "per_instance.png", "table1.md", "table1_hygiene.csv", "transfer.png",
+                                  "transfer.md", "citations.png"])
 def test_each_plot_and_table_is_written(experiments, name):
     assert (experiments.out / name).stat().st_size > 0
 

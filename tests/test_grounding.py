@@ -137,6 +137,28 @@ def test_compiled_instructions_survive_the_per_call_signature(repo):
 
 # ---- chance baselines ----
 
+@pytest.mark.parametrize("which", ["ws", "repo"])
+def test_a_grounded_finding_pickles_as_its_own_type(which, request):
+    """DSPy's bootstrapping hashes the demos it collects with pickle; a finding of the type built per instance must
+    pickle, and come back as that type."""
+    import pickle
+
+    from dspy.utils.hasher import Hasher
+    from pydantic import TypeAdapter
+
+    instance = request.getfixturevalue(which)
+    setting = build_program("iter", instance.setting).setting
+    view = ContextView.of(instance)
+    signature = setting.grounded_signature(setting.round_signature, instance, view, 2)
+    draft = {"description": "d", "evidence_ids": [view.handles[0]], "patch": "diff --git a/x b/x"}
+    if instance.actions:
+        draft["action"] = {"action_id": instance.actions[0].id, "parameters": {}}
+    findings = TypeAdapter(signature.output_fields["findings"].annotation).validate_python([draft])
+    back = pickle.loads(pickle.dumps(findings))
+    assert type(back[0]) is type(findings[0]) and back == findings
+    assert Hasher.hash((dspy.Example(findings=findings),)) == Hasher.hash((dspy.Example(findings=back),))
+
+
 def test_random_baseline_is_seeded_and_reproducible(ws):
     a = RandomBaseline("workspace", n_findings=4, evidence_size=2, seed=7)(ws).findings
     b = RandomBaseline("workspace", n_findings=4, evidence_size=2, seed=7)(ws).findings

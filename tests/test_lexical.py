@@ -1,8 +1,9 @@
-"""LexicalJoin, the floor that reads the artifacts and calls no model: it links the items that share rare tokens."""
+"""LexicalJoin and TF-IDF, the floors that read the artifacts and call no model: LexicalJoin links the items that
+share rare tokens, TF-IDF those whose word vectors are most alike."""
 
 from __future__ import annotations
 
-from tide_dspy.lexical import link_weights, linked_groups, tokens
+from tide_dspy.lexical import link_weights, linked_groups, tfidf_weights, tokens
 from tide_dspy.programs import build_program
 from tide_dspy.schemas import Artifact, Instance
 
@@ -69,3 +70,40 @@ def test_on_code_it_links_a_caller_to_its_callee(repository_instance):
     instance = Instance(instance_id="repo-tiny", setting="repository", split="test", artifacts=functions)
     pred = build_program("lexical-join", "repository", max_rounds=1, per_round=1)(instance)
     assert [sorted(f.evidence) for f in pred.findings] == [["m.py::load", "m.py::parse_header"]]
+
+
+def distinct_workspace(order: list[int] | None = None) -> Instance:
+    """workspace()'s items, each filler with its own body: TF-IDF weighs every shared word, and eight copies of one
+    boilerplate line would be the most alike pair."""
+    base = {a.id: a for a in workspace().artifacts}
+    items = [a if a.id in ("email-03", "email-06") else a.model_copy(update={"payload": {
+        **a.payload, "body": f"Note {n}: " + " ".join(a.payload["subject"].split()[::-1])}})
+             for n, a in enumerate(base.values(), 1)]
+    by_number = {int(a.id[-2:]): a for a in items}
+    return Instance(instance_id="ws-tiny", setting="workspace", split="test",
+                    artifacts=[by_number[i] for i in (order or sorted(by_number))])
+
+
+def test_tfidf_links_the_items_whose_words_are_most_alike():
+    texts = {a.id: f"{a.payload['subject']}\n{a.payload['body']}" for a in distinct_workspace().artifacts}
+    weights = tfidf_weights(texts)
+    assert max(weights, key=weights.get) == ("email-03", "email-06")
+    assert all(a < b and 0 < w <= 1 + 1e-9 for (a, b), w in weights.items())
+    assert linked_groups(texts, size=2, count=1, weigh=tfidf_weights) == [["email-03", "email-06"]]
+    assert tfidf_weights({"a": "", "b": "?"}) == {}  # no word at all: nothing links
+
+
+def test_tfidf_is_drawn_to_shared_boilerplate_where_lexical_join_ignores_it():
+    texts = {a.id: f"{a.payload['subject']}\n{a.payload['body']}" for a in workspace().artifacts}
+    tfidf = tfidf_weights(texts)
+    assert max(tfidf, key=tfidf.get) != ("email-03", "email-06")
+    assert linked_groups(texts, size=2, count=1) == [["email-03", "email-06"]]
+
+
+def test_the_tfidf_floor_cites_the_most_alike_items_first_whatever_the_order_shown():
+    program = build_program("tfidf", "workspace", max_rounds=2, per_round=1)
+    first = program(distinct_workspace()).findings
+    assert len(first) == 2 and {"email-03", "email-06"} <= set(first[0].evidence)
+    assert all(len(f.evidence) == 3 and f.action is None for f in first)  # this instance has no action library
+    shuffled = program(distinct_workspace(order=[8, 5, 2, 7, 6, 1, 4, 3])).findings
+    assert [sorted(f.evidence) for f in shuffled] == [sorted(f.evidence) for f in first]

@@ -13,7 +13,8 @@ import pytest
 from routed_lm import RoutedLM
 
 from tide_dspy.discovery import TIDE, MultiAgent, SingleAgent
-from tide_dspy.programs import build_program, load_program, method_of, save_program
+from tide_dspy.methods import method_of
+from tide_dspy.programs import build_program, load_program, save_program
 from tide_dspy.schemas import Template
 from tide_dspy.templates import TemplateLibrary
 

@@ -73,3 +73,51 @@ def test_the_default_repository_program_was_measured_on_held_out_test_instances(
         if not result.get("scan_only"):  # a table1 run: both programs beside the three floors
             assert {"random", "first-listed", "lexical-join"} <= set(methods), run
             assert result["highest_floor"] in {"random", "first-listed", "lexical-join"}, run
+
+
+# The fields whose descriptions hold the output rules of a round: cite by handle; one library action or a diff.
+RULE_FIELDS = {"workspace": ("evidence_ids", "action"), "repository": ("evidence_ids", "patch")}
+
+
+def round_prompt(program, adapter) -> str:
+    """The system prompt of `program`'s first round on a fixture instance of its setting, as `adapter` writes it:
+    the program's own signature (its compiled instruction and demos) grounded in the instance, as a round sends."""
+    from routed_lm import fixture_instances
+
+    setting = program.setting
+    instance = fixture_instances(setting.name)[0]
+    view = program.view(instance)
+    signature = setting.grounded_signature(program.discover.signature, instance, view, program.per_round,
+                                           program.max_evidence)
+    inputs = setting.round_inputs(instance, view, program.guidance_text(), [], program.per_round)
+    return adapter.format(signature, demos=program.discover.demos, inputs=inputs)[0]["content"]
+
+
+def output_rules(setting) -> list[str]:
+    return [setting.draft_type.model_fields[f].description for f in RULE_FIELDS[setting.name]]
+
+
+@pytest.mark.parametrize("adapter", ["ChatAdapter", "JSONAdapter"])
+@pytest.mark.parametrize("path", PROGRAMS, ids=_label)
+def test_a_shipped_programs_round_prompt_carries_the_output_rules(path, adapter):
+    import dspy
+
+    from tide_dspy.programs import load_program
+
+    program = load_program(path)
+    prompt = round_prompt(program, getattr(dspy, adapter)())
+    for rule in output_rules(program.setting):
+        assert json.dumps(rule)[1:-1] in prompt, rule
+
+
+@pytest.mark.parametrize("setting", ["workspace", "repository"])
+def test_the_output_rules_survive_an_instruction_that_lost_them(setting):
+    import dspy
+
+    from tide_dspy.programs import build_program
+
+    program = build_program("iter", setting)
+    program.discover.signature = program.discover.signature.with_instructions(
+        "Debug all functions to find bugs nobody has reported yet.")
+    prompt = round_prompt(program, dspy.ChatAdapter())
+    assert all(json.dumps(rule)[1:-1] in prompt for rule in output_rules(program.setting))

@@ -1,8 +1,8 @@
 """Every shipped template library is abstract: no template carries a specific token of its source case.
 
 Each library stores, per template, the specific tokens of its source case (meta.abstraction.templates[id].
-source_keys), so the check runs without the benchmark data; where the data is present the tokens are recomputed
-from the case itself and copied passages are checked as well. A library that regresses fails here.
+source_keys); the tokens are also recomputed from the case itself, in the shipped set the library was distilled
+from, and copied passages are checked as well. A library that regresses fails here.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import full_data
+from conftest import SHIPPED_DATA
 
 from tide_dspy.abstraction import case_text, check, source_keys
 from tide_dspy.templates import TemplateLibrary
@@ -43,16 +43,20 @@ def test_shipped_library_carries_no_specific_token_of_its_source_cases(path):
 
 @pytest.mark.parametrize("path", LIBRARIES, ids=_label)
 def test_shipped_library_against_its_source_cases_in_the_data(path):
-    from tide_dspy.data import load_instances
+    from tide_dspy.data.sets import load_benchmark
     from tide_dspy.domains import get_setting
     from tide_dspy.templates import solved_cases
+    from tide_dspy.util.jsonio import read_json_file
 
     library = TemplateLibrary.load(path)
     setting = library.setting
-    data = full_data(setting)  # the source cases of every template: the full train split (a data test)
+    # The set version the library was distilled from; a library whose provenance names none came from v1.
+    made = read_json_file(path.parent / "provenance.json", "").get("templates.json", {})
+    version = (made.get("data") or {}).get("version") or "v1"
     wanted = {t.source_case for t in library}
     cases = {}
-    for instance in load_instances(data, setting=setting, split="train"):
+    train = load_benchmark(setting, split="train", version=version, data=SHIPPED_DATA / setting).instances
+    for instance in train:
         for inst, problem in solved_cases([instance]):
             if problem.problem_id in wanted:
                 cases[problem.problem_id] = case_text(get_setting(setting).solved_case(inst, problem))

@@ -13,7 +13,9 @@ from scripts import load_script
 from tide_dspy.schemas import Template
 from tide_dspy.templates import TemplateLibrary
 
-COMMON_PARAMS = {"backbone", "command", "dataset_hash", "git_sha", "judge", "lm", "n_instances", "setting", "split"}
+# data_version too, of a versioned set (the fixtures have none; tests/test_data_sets.py runs on the shipped set)
+COMMON_PARAMS = {"backbone", "command", "data_set", "data_sha256", "dataset_hash", "git_sha", "judge", "lm",
+                 "n_instances", "setting", "split"}
 USAGE_METRICS = {"backbone_calls", "backbone_completion_tokens", "backbone_prompt_tokens"}
 SCORES = {f"{part}_{component}" for part in ("coverage", "precision", "f1")
           for component in ("retrieval", "identification", "resolution")} | {"findings", "n_failed", "n_instances"}

@@ -35,6 +35,7 @@ _EXPORTS = {
     # templates, data, backbones, scoring
     "TemplateLibrary": "tide_dspy.templates",
     "load_instances": "tide_dspy.data",
+    "load_benchmark": "tide_dspy.data",
     "get_lm": "tide_dspy.backbones",
     "score_instance": "tide_dspy.metrics",
     "evaluate": "tide_dspy.evaluation",

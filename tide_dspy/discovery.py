@@ -18,7 +18,7 @@ from rapidfuzz import fuzz
 from tide_dspy.backbones.providers import rules_of
 from tide_dspy.backbones.usage import entries_since, usage_mark, usage_tokens
 from tide_dspy.domains import NO_GUIDANCE, ContextView, Setting, get_setting, render_templates
-from tide_dspy.lexical import linked_groups
+from tide_dspy.lexical import linked_groups, tfidf_weights
 from tide_dspy.retry import call_with_retries, describe_error
 from tide_dspy.scan import Ranking, Scanner, ScanRecord, scan_and_rank
 from tide_dspy.schemas import Finding, Instance, RoundRecord, Template
@@ -297,12 +297,15 @@ class TIDE(DiscoveryProgram):
 
 
 class SingleAgent(DiscoveryProgram):
-    """One call that returns every finding at once."""
+    """One call that returns every finding at once: at most `max_findings`, by default TIDE's budget of T·k
+    (`max_rounds` x `per_round`, else the setting's; tide_dspy.methods says why). Its config records the one call
+    as max_rounds=1 and per_round=max_findings, which builds the same program again."""
 
-    def __init__(self, setting: str | Setting, max_findings: int = 10, **kwargs):
-        kwargs.setdefault("max_rounds", 1)
-        kwargs.setdefault("per_round", max_findings)
-        super().__init__(setting, **kwargs)
+    def __init__(self, setting: str | Setting, max_findings: int | None = None, **kwargs):
+        shape = get_setting(setting)
+        rounds, per_round = kwargs.pop("max_rounds", None), kwargs.pop("per_round", None)
+        budget = (rounds or shape.rounds) * (per_round or shape.per_round)
+        super().__init__(setting, max_rounds=1, per_round=max_findings or budget, **kwargs)
 
     def forward(self, case: Instance, on_round=None, on_scan=None) -> dspy.Prediction:
         ranking, scan = self.ranking(case, on_scan)
@@ -414,6 +417,16 @@ class LexicalJoin(ChanceBaseline):
         return linked_groups(texts, self.evidence_size, self.n_findings)
 
 
+class TfidfSimilarity(ChanceBaseline):
+    """LexicalJoin's grouping under the textbook similarity: each finding cites a group of `evidence_size`
+    artifacts whose TF-IDF vectors are the most alike (tide_dspy.lexical.tfidf_weights). The floor of a retriever
+    that reads words without understanding them."""
+
+    def picks(self, instance: Instance, view: ContextView) -> list[list[str]]:
+        texts = {a.id: self.setting.render_artifact(a) for a in view.artifacts}
+        return linked_groups(texts, self.evidence_size, self.n_findings, weigh=tfidf_weights)
+
+
 PROGRAM_KINDS: dict[str, type[DiscoveryProgram]] = {
     "TIDE": TIDE,
     "SingleAgent": SingleAgent,
@@ -421,4 +434,5 @@ PROGRAM_KINDS: dict[str, type[DiscoveryProgram]] = {
     "RandomBaseline": RandomBaseline,
     "FirstListed": FirstListed,
     "LexicalJoin": LexicalJoin,
+    "TfidfSimilarity": TfidfSimilarity,
 }

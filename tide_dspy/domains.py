@@ -4,6 +4,7 @@ instance: ids exist, the action is in the library, the patch parses. docs/settin
 
 from __future__ import annotations
 
+import functools
 import json
 import random
 from abc import ABC, abstractmethod
@@ -107,8 +108,9 @@ def render_found(findings: list[Finding], view: ContextView) -> str:
     )
 
 
-def schema_only(extra: dict) -> Any:
-    """A pydantic Field whose JSON schema becomes `extra`, while validation keeps the field's own type."""
+def schema_only(extra: dict, description: str | None = None) -> Any:
+    """A pydantic Field whose JSON schema becomes `extra` (with the field's `description`), while validation keeps
+    the field's own type."""
 
     def replace(schema: dict) -> None:
         description = schema.get("description")
@@ -117,7 +119,7 @@ def schema_only(extra: dict) -> Any:
         if description and "description" not in extra:
             schema["description"] = description
 
-    return Field(json_schema_extra=replace)
+    return Field(description=description, json_schema_extra=replace)
 
 
 def bounded_list(item: type, max_items: int, dialect: str = "full") -> type:
@@ -149,6 +151,34 @@ def in_dialect(model: type[BaseModel], dialect: str, max_enum_values: int | None
 
     return type(model.__name__, (model,), {"model_config": ConfigDict(json_schema_extra=written),
                                            "__module__": model.__module__})
+
+
+@functools.lru_cache(maxsize=64)
+def grounded_draft(draft_type: type[BaseModel], overrides: str, dialect: str = "full",
+                   max_enum_values: int | None = None) -> type[BaseModel]:
+    """`draft_type` whose fields' JSON schemas are replaced by `overrides` (JSON text: field -> schema), written in
+    the provider's `dialect`; validation stays the draft type's own.
+
+    Its instances pickle (DSPy's bootstrapping hashes the demos it collects with pickle): a class made at run time
+    cannot be found by its name, so an instance reduces to `rebuild_grounded` with what rebuilds its class. The
+    classes are cached by those arguments, so the rounds of one instance share one class."""
+    own = draft_type.model_fields
+    fields = {name: (own[name].annotation, schema_only(schema, own[name].description))
+              for name, schema in json.loads(overrides).items()}
+    draft = create_model(draft_type.__name__.replace("Draft", ""),
+                         __base__=in_dialect(draft_type, dialect, max_enum_values), **fields)
+    draft.grounded_key = (draft_type, overrides, dialect, max_enum_values)
+    draft.__reduce__ = _reduce_grounded
+    return draft
+
+
+def _reduce_grounded(finding: BaseModel) -> tuple:
+    return rebuild_grounded, (type(finding).grounded_key, finding.model_dump())
+
+
+def rebuild_grounded(key: tuple, data: dict) -> BaseModel:
+    """An unpickled grounded finding: its class rebuilt from `key` (grounded_draft's arguments), its fields `data`."""
+    return grounded_draft(*key).model_validate(data)
 
 
 def render_action(action: ChosenAction | None) -> str:
@@ -221,6 +251,12 @@ class Setting(ABC):
     def render_resolution(self, item: Finding | GoldProblem) -> str:
         """The item's resolution as the judge reads it."""
 
+    def record_features(self):
+        """The record format of this setting's benchmark set as explicit `datasets.Features`, keys in the order the
+        records list them (data.sets loads the shipped sets through them). A setting without a shipped set has
+        none."""
+        raise NotImplementedError(f"{type(self).__name__} declares no benchmark record format")
+
     def template_id(self, number: int, total: int = 0) -> str:
         """ws-t01 / repo-t001; the width grows when a library outgrows it."""
         prefix, width = self.template_id_prefix
@@ -290,10 +326,7 @@ class Setting(ABC):
             item["enum"] = list(view.handles)
         evidence = {"type": "array", "items": item, "minItems": 1, "maxItems": bound}
         overrides = {"evidence_ids": evidence, **self.draft_schema(instance)}
-        fields = {name: (self.draft_type.model_fields[name].annotation, schema_only(schema))
-                  for name, schema in overrides.items()}
-        draft = create_model(self.draft_type.__name__.replace("Draft", ""),
-                             __base__=in_dialect(self.draft_type, dialect, max_enum_values), **fields)
+        draft = grounded_draft(self.draft_type, json.dumps(overrides), dialect, max_enum_values)
         return base.with_updated_fields("findings", type_=bounded_list(draft, max_new, dialect))
 
     def complete_drafts(self, lm_response: Any) -> list:
@@ -403,6 +436,30 @@ class WorkspaceSetting(Setting):
 
     def from_record(self, record):
         return Instance.model_validate({"setting": self.name, **present(record, self.RECORD_KEYS)})
+
+    def record_features(self):
+        """An artifact's payload differs by kind and a gold action's parameters by action type: both are free-form
+        JSON (datasets.Json). The rest has a fixed schema."""
+        from datasets import Features, Json, List, Value
+
+        text, texts = Value("string"), List(Value("string"))
+        return Features({
+            "instance_id": text, "split": text,
+            "profile": {
+                "persona_id": text, "full_name": text, "occupation": text, "about": text,
+                "relationships": List({"name": text, "type": text, "department": text, "context": text}),
+                "personal_context": {"work_style": text, "communication_preferences": texts,
+                                     "current_priorities": texts, "pain_points": texts},
+                "organization": {"company_name": text, "department": text, "team_size": Value("int64"),
+                                 "reporting_to": text, "key_meetings": texts},
+                "today": text,
+            },
+            "actions": List({"id": text, "type": text, "description": text, "constraints": texts,
+                             "required_parameters": texts}),
+            "artifacts": List({"id": text, "kind": text, "created_at": text, "payload": Json()}),
+            "problems": List({"problem_id": text, "description": text, "evidence": texts,
+                              "action": {"action_id": text, "type": text, "parameters": Json()}, "category": text}),
+        })
 
     def render_resolution(self, item):
         return render_action(item.action)
@@ -534,6 +591,23 @@ class RepositorySetting(Setting):
             **present(record, self.RECORD_KEYS),
             "artifacts": [self.candidate_artifact(i, c) for i, c in enumerate(record_list(record, self.record_key))],
             "meta": present(record, self.META_KEYS),
+        })
+
+    def record_features(self):
+        from datasets import Features, List, Value
+
+        text, texts, count = Value("string"), List(Value("string")), Value("int64")
+        return Features({
+            "instance_id": text, "repo": text, "anchor_commit": text, "anchor_date": text, "split": text,
+            "num_problems": count, "num_candidates": count, "num_buggy_functions": count,
+            "candidates": List({"id": text, "path": text, "qualname": text, "start_line": count, "end_line": count,
+                                "code": text}),
+            "problems": List({
+                "problem_id": text, "description": text, "evidence": texts, "patch": text, "fail_to_pass": texts,
+                "pass_to_pass": texts, "created_at": text, "base_commit": text, "version": text, "test_patch": text,
+                "test_patch_applies_at_anchor": Value("bool"), "buggy_code_identical_to_base_commit": Value("bool"),
+                "anchor_minus_base_days": Value("float64"), "source_datasets": texts,
+            }),
         })
 
     @classmethod

@@ -477,7 +477,8 @@ def evaluate(
     if out_path is not None:
         write_json(out_path.parent / "lm_usage.json", add_usage(earlier_usage, usage))
         write_json(out_path.parent / "summary.json",
-                   {**result.summary(executed=execute is not None), "instances": [i.instance_id for i in instances]})
+                   {**result.summary(executed=execute is not None), "instances": [i.instance_id for i in instances],
+                    **({"data": config["data"]} if config and "data" in config else {})})
         result.out_path = str(out_path)
     return result
 

@@ -7,8 +7,12 @@ that two items share links them strongly, and a word most items use links nothin
 the cosine of their IDF-weighted token sets; in code this joins a caller and its callee (the callee's name) and the
 methods of one class or file, in a workspace the items about one order, person or date.
 
-`linked_groups` grows groups of a given size from the strongest links and returns the tightest ones first. Ties
-break on artifact ids, never on the order a context lists them, so a shuffled context gives the same groups.
+`tfidf_weights` links artifacts the textbook way instead, for the TF-IDF floor (`TfidfSimilarity`): the cosine of
+their TF-IDF vectors (scikit-learn's TfidfVectorizer: word counts, not sets, and every word, common ones too).
+
+`linked_groups` grows groups of a given size from the strongest links (of either weighting) and returns the
+tightest ones first. Ties break on artifact ids, never on the order a context lists them, so a shuffled context
+gives the same groups.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from __future__ import annotations
 import math
 import re
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from itertools import combinations
 
 # A token: letters, digits and underscores, joined by the separators of ids, paths, figures and dates.
@@ -60,18 +64,34 @@ def link_weights(texts: dict[str, str]) -> dict[tuple[str, str], float]:
     return {pair: value / (norm[pair[0]] * norm[pair[1]]) for pair, value in shared.items()}
 
 
+def tfidf_weights(texts: dict[str, str]) -> dict[tuple[str, str], float]:
+    """(a, b) with a < b -> the cosine of their TF-IDF vectors (scikit-learn's defaults: words of two or more
+    characters, smoothed IDF, L2 norm), for every pair that shares a word."""
+    from sklearn.feature_extraction.text import TfidfVectorizer
+
+    keys = sorted(texts)
+    try:
+        vectors = TfidfVectorizer().fit_transform([texts[k] for k in keys])
+    except ValueError:  # no word in any text: nothing links
+        return {}
+    similar = (vectors @ vectors.T).tocoo()
+    return {(keys[i], keys[j]): float(v) for i, j, v in zip(similar.row, similar.col, similar.data) if i < j and v > 0}
+
+
 def _weight(weights: dict[tuple[str, str], float], a: str, b: str) -> float:
     return weights.get((a, b) if a < b else (b, a), 0.0)
 
 
-def _grow(seed: tuple[str, ...], keys: Sequence[str], weights, size: int) -> tuple[str, ...]:
-    """The seed, extended one artifact at a time by the one most linked to the group so far."""
+def _grow(seed: tuple[str, ...], keys: Sequence[str], links: dict[str, dict[str, float]], size: int,
+          tie: dict[str, tuple[int, ...]]) -> tuple[str, ...]:
+    """The seed, extended one artifact at a time by the one most linked to the group so far (`links`: each key's
+    weight to each linked key; `tie`: each key's _reverse, computed once)."""
     group = list(seed)
     while len(group) < size:
         rest = [k for k in keys if k not in group]
         if not rest:
             break
-        group.append(max(rest, key=lambda k: (sum(_weight(weights, k, g) for g in group), _reverse(k))))
+        group.append(max(rest, key=lambda k: (sum(links[k].get(g, 0.0) for g in group), tie[k])))
     return tuple(sorted(group))
 
 
@@ -86,8 +106,10 @@ def _cohesion(group: tuple[str, ...], weights) -> float:
     return sum(_weight(weights, a, b) for a, b in pairs) / len(pairs) if pairs else 0.0
 
 
-def linked_groups(texts: dict[str, str], size: int, count: int) -> list[list[str]]:
-    """Up to `count` groups of `size` artifact ids (keys of `texts`), the most cohesive first.
+def linked_groups(texts: dict[str, str], size: int, count: int,
+                  weigh: Callable[[dict[str, str]], dict[tuple[str, str], float]] = link_weights) -> list[list[str]]:
+    """Up to `count` groups of `size` artifact ids (keys of `texts`), the most cohesive first under `weigh`'s links
+    (link_weights: shared rare tokens; tfidf_weights: TF-IDF cosine).
 
     Groups grow from the strongest links, and from every artifact with its strongest neighbours, so there are
     enough of them. A group shares at most one artifact with any group ranked above it, unless too few such groups
@@ -97,9 +119,13 @@ def linked_groups(texts: dict[str, str], size: int, count: int) -> list[list[str
     keys = sorted(texts)
     if size == 1:
         return [[k] for k in keys[:count]]
-    weights = link_weights(texts)
+    weights = weigh(texts)
     seeds = sorted(weights, key=lambda pair: (-weights[pair], pair))[: SEEDS_PER_GROUP * count]
-    candidates = {_grow(seed, keys, weights, size) for seed in [*seeds, *((k,) for k in keys)]}
+    links: dict[str, dict[str, float]] = {k: {} for k in keys}
+    for (a, b), w in weights.items():
+        links[a][b] = links[b][a] = w
+    tie = {k: _reverse(k) for k in keys}
+    candidates = {_grow(seed, keys, links, size, tie) for seed in [*seeds, *((k,) for k in keys)]}
     ranked = sorted(candidates, key=lambda g: (-_cohesion(g, weights), g))
     chosen: list[tuple[str, ...]] = []
     for group in ranked:

@@ -7,7 +7,9 @@ generic path builds any of them. Validation is always a held-out part of the TRA
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import io
 import logging
 import math
 import os
@@ -41,9 +43,14 @@ SPLIT_SEED = 0
 
 # ---- data ----
 
+MIN_VALIDATION = 3  # held-out instances, where the split has them: one instance decides nothing
+
+
 def split_train(instances: list[Instance], val_fraction: float = 0.25, seed: int = SPLIT_SEED
                 ) -> tuple[list[Instance], list[Instance]]:
-    """(train part, validation part) of the train split, shuffled with a fixed seed. Refuses test instances."""
+    """(train part, validation part) of the train split, shuffled with a fixed seed: `val_fraction` of it held
+    out, at least MIN_VALIDATION instances where the split has them and one is left to train on. Refuses test
+    instances."""
     test = [i.instance_id for i in instances if i.split == "test"]
     if test:
         raise ValueError(f"compile/tune must not see the test split; got test instances {test[:3]}"
@@ -54,7 +61,7 @@ def split_train(instances: list[Instance], val_fraction: float = 0.25, seed: int
         raise ValueError(f"val_fraction must be in (0, 1), got {val_fraction}")
     order = list(instances)
     random.Random(seed).shuffle(order)
-    n_val = min(len(order) - 1, max(1, math.ceil(len(order) * val_fraction)))
+    n_val = min(len(order) - 1, max(MIN_VALIDATION, math.ceil(len(order) * val_fraction)))
     return order[n_val:], order[:n_val]
 
 
@@ -251,6 +258,22 @@ def planned_evaluations(config: dict, init: dict, comp: dict, *, n_train: int, n
     return None
 
 
+class DebugLog(io.TextIOBase):
+    """A text stream whose lines go to `logger.debug`."""
+
+    def __init__(self, logger: logging.Logger):
+        self.logger, self.pending = logger, ""
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        *lines, self.pending = (self.pending + text).split("\n")
+        for line in lines:
+            self.logger.debug("%s", line)
+        return len(text)
+
+
 def compile_program(
     program: dspy.Module,
     trainset,
@@ -297,8 +320,9 @@ def compile_program(
     source = config["path"]
     log.info("compiling with %s (%s): init %s, compile %s", config["name"], config["optimizer"],
              {k: v for k, v in init.items() if not str(v).startswith("$")}, list(comp))
-    # Inside the context: some optimizers read dspy.settings.lm when they are built.
-    with lm_context(lm), dspy_autolog(autolog):
+    # Inside the context: some optimizers read dspy.settings.lm when they are built. What an optimizer prints
+    # (COPRO echoes each proposal prompt and answer) goes to the debug log: the command's output stays its own.
+    with lm_context(lm), dspy_autolog(autolog), contextlib.redirect_stdout(DebugLog(log)):
         teleprompter = optimizer_class(config["optimizer"], source)(**_resolve(init, bindings, source))
         try:
             compiled = teleprompter.compile(student, **_resolve(comp, bindings, source))

@@ -14,34 +14,13 @@ import dspy
 from dspy.utils.saving import get_dependency_versions
 
 from tide_dspy.data.records import describe_record_error
-from tide_dspy.discovery import (
-    TIDE,
-    DiscoveryProgram,
-    FirstListed,
-    LexicalJoin,
-    MultiAgent,
-    RandomBaseline,
-    SingleAgent,
-)
+from tide_dspy.discovery import DiscoveryProgram
 from tide_dspy.domains import Setting
+from tide_dspy.methods import get_method, method_of
 from tide_dspy.schemas import Template
 from tide_dspy.util.jsonio import read_json_file
 from tide_dspy.util.safe_write import write_text
 from tide_dspy.util.secrets import scrub_secrets
-
-# method -> (class, fixed config). The paper's ablations are TIDE with other guidance.
-METHODS: dict[str, tuple[type[DiscoveryProgram], dict]] = {
-    "tide": (TIDE, {"guidance": "templates"}),
-    "single": (SingleAgent, {"guidance": "none"}),
-    "multi": (MultiAgent, {"guidance": "none"}),
-    "iter": (TIDE, {"guidance": "none"}),
-    "iter-demos": (TIDE, {"guidance": "demos"}),
-    # Chance floors: no LM call; T*k findings citing the setting's typical number of artifacts.
-    "random": (RandomBaseline, {"guidance": "none"}),
-    "first-listed": (FirstListed, {"guidance": "none"}),
-    "lexical-join": (LexicalJoin, {"guidance": "none"}),  # reads the text, calls no LM
-}
-
 
 MODEL_URI_SCHEMES = ("models:/", "runs:/")
 
@@ -76,33 +55,23 @@ def _as_templates(templates) -> list[Template]:
 
 def build_program(method: str, setting: str | Setting, templates=None, demos: list[str] | None = None,
                   **config) -> DiscoveryProgram:
-    """A fresh program. `templates`: a TemplateLibrary, a list of Templates, or a library JSON path.
+    """A fresh program of `method` (tide_dspy.methods). `templates`: a TemplateLibrary, a list of Templates, or a
+    library JSON path, for a method that reads templates; `demos`: the rendered solved examples of a method that
+    shows them (templates.solved_demos).
 
-    `config` overrides the setting's defaults (max_rounds, per_round, max_attempts, dedup_threshold, and
-    temperature for multi, max_findings for single). Keys set to None are ignored.
+    `config` overrides the setting's defaults (max_rounds, per_round, max_attempts, dedup_threshold, max_evidence,
+    and temperature for multi, max_findings for single). Keys set to None are ignored.
     """
-    if method not in METHODS:
-        raise ValueError(f"unknown method {method!r}; choose one of {sorted(METHODS)}")
-    cls, fixed = METHODS[method]
-    templates = _as_templates(templates)
-    if method == "tide" and not templates:
-        raise ValueError("method 'tide' needs a template library: pass templates=... (make one with `tide distill`)")
-    if method == "iter-demos" and not demos:
-        raise ValueError("method 'iter-demos' needs demos=[...] (see tide_dspy.templates.solved_demos)")
-    kwargs = {**{k: v for k, v in config.items() if v is not None}, **fixed}
-    if cls is SingleAgent:
-        kwargs.pop("max_rounds", None)
-        kwargs["per_round"] = kwargs.pop("max_findings", 10)
-    return cls(setting, templates=templates if kwargs["guidance"] == "templates" else None,
-               demos=demos if kwargs["guidance"] == "demos" else None, **kwargs)
-
-
-def method_of(program: DiscoveryProgram) -> str:
-    """The method name a program was built as (inverse of build_program)."""
-    for name, (cls, fixed) in METHODS.items():
-        if type(program) is cls and program.guidance == fixed["guidance"]:
-            return name
-    return type(program).__name__
+    spec = get_method(method)
+    templates = _as_templates(templates) if spec.templates else []
+    if spec.templates and not templates:
+        raise ValueError(f"method {method!r} needs a template library: pass templates=... (make one with "
+                         "`tide distill`)")
+    if spec.demos and not demos:
+        raise ValueError(f"method {method!r} needs demos=[...] (see tide_dspy.templates.solved_demos)")
+    kwargs = {k: v for k, v in config.items() if v is not None}
+    return spec.program(setting, templates=templates, demos=demos if spec.demos else None, guidance=spec.guidance,
+                        **kwargs)
 
 
 def safe_name(name: str) -> str:

@@ -180,8 +180,10 @@ class ActionChoice(BaseModel):
 
 class WorkspaceFindingDraft(BaseModel):
     description: str = Field(description="who is blocked, by whom or what, on which task, the root cause, the deadline")
-    evidence_ids: list[str] = Field(description="handles (E3, D7, C2) of the artifacts that together show the problem")
-    action: ActionChoice = Field(description="one action from the action library, with its required parameters filled")
+    evidence_ids: list[str] = Field(description="cite the artifacts that together show the problem by the handles "
+                                                "shown before their ids (E3, D7, C2)")
+    action: ActionChoice = Field(description="resolve the problem with exactly one action from the action library: "
+                                             "its id, and every required parameter filled with a concrete value")
     used_template_id: str = Field(default="", description="id of the template followed, or empty")
     why: str = Field(default="", description="why the template matched, in one sentence")
 
@@ -197,8 +199,10 @@ class WorkspaceFindingDraft(BaseModel):
 
 class CodeFindingDraft(BaseModel):
     description: str = Field(description="the bug: what goes wrong, on which input, and why")
-    evidence_ids: list[str] = Field(description="handles of the candidate functions that contain the bug")
-    patch: str = Field(description="a unified diff (diff --git a/<path> b/<path>) that fixes it")
+    evidence_ids: list[str] = Field(description="cite the candidate functions that contain the bug by the handles "
+                                                "shown before their ids (F1, F12)")
+    patch: str = Field(description="fix the bug with a minimal unified diff against the shown code: "
+                                   "diff --git a/<path> b/<path>, --- a/<path>, +++ b/<path>, then @@ hunks")
     used_template_id: str = Field(default="", description="id of the template followed, or empty if novel")
     why: str = Field(default="", description="why the template matched, in one sentence")
 

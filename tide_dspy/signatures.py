@@ -1,8 +1,10 @@
 """Every LM call site of tide-dspy, as a DSPy signature.
 
-Instructions live in the docstrings so optimizers can rewrite them. Input fields are ordered static
-first (context, library, templates) and the growing state last, so prefix caches are reused
-across rounds.
+Instructions live in the docstrings so optimizers can rewrite them. The output rules of a round (cite the artifacts
+by their handles; resolve with one library action or a unified diff) live in the descriptions of its output type's
+fields (schemas.WorkspaceFindingDraft, schemas.CodeFindingDraft), which no optimizer rewrites and which every
+prompt and output schema carries. Input fields are ordered static first (context, library, templates) and the
+growing state last, so prefix caches are reused across rounds.
 """
 
 from __future__ import annotations
@@ -21,9 +23,7 @@ class WorkspaceRound(dspy.Signature):
     has asked about yet: something that will block them or others unless someone acts. A real problem only
     shows when several artifacts are read together. Use the templates as patterns of what to look for.
     Report the `max_new` most likely problems that are NOT already in `already_found`; return an empty
-    list only when every problem you can see is already there. Cite the artifacts by the handle shown before
-    their id (E3, D7, C2), and resolve each problem with exactly one action from the action library, filling its
-    required parameters with concrete values."""
+    list only when every problem you can see is already there."""
 
     profile: str = dspy.InputField(desc="who the person is: role, relationships, priorities, today's date")
     context: str = dspy.InputField(desc="the workspace artifacts, each headed by its id")
@@ -38,9 +38,7 @@ class RepositoryRound(dspy.Signature):
     """You are reviewing candidate functions of a Python repository to find bugs nobody has reported yet.
     A bug may span several functions. Use the templates as patterns of what to look for; a bug that fits
     no template is allowed (leave used_template_id empty). Report the `max_new` most likely bugs that are
-    NOT already in `already_found`; return an empty list only when every bug you can see is already there.
-    Cite each candidate by the handle shown before its id, and fix each bug with a minimal unified diff
-    against the shown code."""
+    NOT already in `already_found`; return an empty list only when every bug you can see is already there."""
 
     context: str = dspy.InputField(desc="candidate functions, each headed by its id, path and line numbers")
     templates: str = dspy.InputField(desc="thought templates (or solved examples) describing bug patterns")

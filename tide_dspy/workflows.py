@@ -23,7 +23,8 @@ from tide_dspy.data.selection import Selection, data_path
 from tide_dspy.discovery import ChanceBaseline
 from tide_dspy.domains import Setting
 from tide_dspy.evaluation import EvaluationResult, evaluate, read_rows
-from tide_dspy.programs import build_program, load_program, method_of, program_dir, save_program
+from tide_dspy.methods import get_method, method_of
+from tide_dspy.programs import build_program, load_program, program_dir, save_program
 from tide_dspy.sandbox import SandboxOptions
 from tide_dspy.schemas import Instance
 from tide_dspy.tracking import dataset_hash, model_name, register_program, tracked_run
@@ -80,11 +81,15 @@ def _track(command: str, selection: Selection, backbone: str, tracking: Tracking
                        enabled=tracking.enabled, command_line=tracking.command_line, lms=lms)
 
 
-def _base_params(selection: Selection, instances: list[Instance], lm, judge: str) -> dict:
+def _describe(lm) -> dict:
     from tide_dspy.backbones import describe_lm
 
+    return describe_lm(lm)
+
+
+def _base_params(selection: Selection, instances: list[Instance], lm, judge: str) -> dict:
     return {"split": selection.split, "n_instances": len(instances), "dataset_hash": dataset_hash(instances),
-            "judge": judge, "lm": describe_lm(lm)}
+            **selection.source().params(), "judge": judge, "lm": _describe(lm)}
 
 
 def templates_path(setting: Setting, backbone: str, templates: str | Path | None, programs: str | Path) -> Path:
@@ -92,27 +97,28 @@ def templates_path(setting: Setting, backbone: str, templates: str | Path | None
     return Path(templates) if templates else program_dir(setting.name, backbone, root=programs) / "templates.json"
 
 
-def build_method(setting: Setting, method: str, shape: ProgramShape, *, templates=None, demos: int | None = 3,
-                 data: str | None = None, train_instances: list[Instance] | None = None, scan_templates=None,
-                 max_findings: int | None = None):
-    """A fresh program of `method`, the one way every command and experiment builds one.
+def build_method(setting: Setting, method: str, shape: ProgramShape, *, templates=None, data: str | None = None,
+                 data_version: str | None = None, train_instances: list[Instance] | None = None,
+                 scan_templates=None):
+    """A fresh program of `method` (tide_dspy.methods), the one way every command and experiment builds one.
 
-    tide reads `templates` (a library JSON path, a TemplateLibrary or a list of Templates); iter-demos takes
-    `demos` solved examples from `train_instances` (default: the train split). With a scan, `scan_templates` are
-    what a method without templates of its own rates against. `max_findings` bounds single's one call (default:
-    the program's)."""
+    A method that reads templates reads `templates` (a library JSON path, a TemplateLibrary or a list of Templates);
+    one that shows solved examples takes its number of them from `train_instances` (default: the train split of
+    `data` at `data_version`). With a scan, `scan_templates` are what a method without templates of its own rates
+    against."""
     from tide_dspy.data import load_instances
     from tide_dspy.templates import solved_demos
 
+    spec = get_method(method)
     demo_texts = None
-    if method == "iter-demos":
+    if spec.demos:
         if train_instances is None:
-            train_instances = load_instances(data_path(setting.name, data), setting=setting.name, split="train")
-        demo_texts = solved_demos(train_instances, setting, demos)
-    built = build_program(method, setting, templates=templates if method == "tide" else None, demos=demo_texts,
+            train_instances = load_instances(data_path(setting.name, data, data_version), setting=setting.name,
+                                             split="train")
+        demo_texts = solved_demos(train_instances, setting, spec.demos)
+    built = build_program(method, setting, templates=templates if spec.templates else None, demos=demo_texts,
                           max_rounds=shape.rounds, per_round=shape.per_round, max_evidence=shape.max_evidence,
-                          context_order_seed=shape.shuffle_context, scan_templates=scan_templates,
-                          **({"max_findings": max_findings} if method == "single" else {}))
+                          context_order_seed=shape.shuffle_context, scan_templates=scan_templates)
     shape.apply_scan(built)
     return built
 
@@ -171,7 +177,7 @@ def distill(selection: Selection, *, lm: LMSource, backbone: str, judge: str = "
                   "merges": meta["merges"], "capped": len(meta["capped"]), "templates": len(library)}
         if len(library):
             library.save(out)
-            run.provenance(out.parent, out.name, seconds=seconds, **counts,
+            run.provenance(out.parent, out.name, seconds=seconds, **counts, data=selection.source().record(),
                            mean_abstraction_score=scores["mean_score"],
                            draft_mean_abstraction_score=scores["draft_mean_score"])
         run.record(metrics={**counts, "seconds": seconds, "draft_mean_abstraction_score": scores["draft_mean_score"],
@@ -197,11 +203,17 @@ class CompileResult(BaseModel):
     seconds: dict[str, float]  # before, compile, after
     search: dict  # the trial log's summary: trials, evaluations, resumed, replayed, LM calls, best, stopped
     path: Path | None  # None when the budget stopped the search before any candidate was scored
+    kept: str = "original"  # which program `path` holds: "compiled" or "original" (the uncompiled one)
     registered: str | None = None  # models:/<name>/<version>
 
     @property
     def stopped(self) -> str | None:
         return self.search.get("stopped")
+
+    @property
+    def improved(self) -> bool:
+        """The compiled program scored strictly higher on validation than the original."""
+        return self.metric_after is not None and self.metric_after > self.metric_before
 
 
 def compile_header(program, method: str, metric: str, judge: str, lm) -> dict:
@@ -223,28 +235,38 @@ def compile_and_save(selection: Selection, *, lm: LMSource, backbone: str, metho
                      demos: int | None = None, options: list[str] | None = None, val_fraction: float = 0.25,
                      seed: int = 0, workers: int = 1, register: bool = True, autolog: bool = False,
                      budget: Budget = Budget(), limits: Limits = Limits(), fresh: bool = False,
-                     progress: bool = True, tracking: Tracking = Tracking()) -> CompileResult:
+                     keep_worse: bool = False, prompt_lm: LMSource | None = None, progress: bool = True,
+                     tracking: Tracking = Tracking()) -> CompileResult:
     """Optimize `method`'s program on the train part of `selection`, scored on its held-out validation part before
     and after; save it as programs/<setting>/<backbone>/<method>.json (tide.json for tide) and register it.
+
+    Compile never ships a regression: the compiled program is saved only when its validation score is strictly
+    higher than the original's; otherwise the original (uncompiled) program is saved, and `kept` says which.
+    `keep_worse` saves the compiled one regardless. `prompt_lm` proposes and reflects on instructions (default: the
+    backbone `lm`); its calls count toward `budget` and are in compile/lm_usage.json under "proposer".
 
     With metric scan-recall the validation runs the scan alone (its rounds add nothing the metric sees), so its
     tables hold the scan recall and no findings. Every evaluation of the search goes to
     programs/<setting>/<backbone>/compile/trials.jsonl, so a rerun of an
     interrupted compile replays what was scored (`fresh` starts over). `budget` bounds the search's LM calls and
     cost (a call the provider reports no cost for is priced from its tokens at `limits`' prices, else the
-    backbone's and the judge's list prices); when it stops the search, the best candidate scored so far is saved,
-    the validation after is skipped, and a rerun with a larger budget goes on from the log."""
+    backbone's and the judge's list prices); when it stops the search, the best candidate scored so far is
+    validated (the validation lies outside the bound) and kept by the same rule, and a rerun with a larger budget
+    goes on from the log."""
     from tide_dspy.optimize import SCAN_RECALL, aggregate_value, compile_program, parse_options, split_train
     from tide_dspy.scan import ScanOnly
     from tide_dspy.trials import TrialLog
 
     setting = selection.setting
+    if get_method(method).floor:
+        raise ValueError(f"{method} is a chance floor: it calls no model, so it has nothing to compile")
     instances = selection.load()
     train, val = split_train(instances, val_fraction, seed)
     library = templates_path(setting, backbone, templates, programs)
-    program = build_method(setting, method, shape, templates=library if method == "tide" else None,
-                           demos=demos, data=selection.data, train_instances=train)
+    program = build_method(setting, method, shape, templates=library, data=selection.data,
+                           data_version=selection.data_version, train_instances=train)
     lm, judge_model = _lm(lm), metrics.make_judge(judge)
+    proposer = _lm(prompt_lm) if prompt_lm is not None else None
     folder = program_dir(setting.name, backbone, root=programs)
     out = folder / ("tide.json" if method == "tide" else f"{method}.json")
     overrides = parse_options(options)
@@ -252,9 +274,11 @@ def compile_and_save(selection: Selection, *, lm: LMSource, backbone: str, metho
               "metric": metric, "T": program.max_rounds, "k": program.per_round,
               "pool_size": len(program.templates), "demos": demos, "options": overrides,
               "train_ids": [i.instance_id for i in train], "val_ids": [i.instance_id for i in val],
-              "max_calls": budget.max_calls, "max_cost": budget.max_cost}
+              "max_calls": budget.max_calls, "max_cost": budget.max_cost,
+              "proposer": _describe(proposer) if proposer is not None else None}
     header = compile_header(program, method, metric, judge, lm)
-    targets = estimate_targets(lm, backbone, judge_model, judge, limits)
+    targets = {**estimate_targets(lm, backbone, judge_model, judge, limits),
+               "proposer": Target.of(proposer) if proposer is not None else None}
     prices = {t.lm.model: t.prices for t in targets.values() if t and t.prices and getattr(t.lm, "model", None)}
     opened: list[TrialLog] = []
 
@@ -263,7 +287,8 @@ def compile_and_save(selection: Selection, *, lm: LMSource, backbone: str, metho
                                progress=progress, prices=prices))
         return opened[-1]
 
-    lms = {"backbone": lm, "judge": getattr(judge_model, "lm", None)}
+    lms = {"backbone": lm, "judge": getattr(judge_model, "lm", None),
+           **({"proposer": proposer} if proposer is not None else {})}
     # A scan-recall compile tunes and validates the scan alone: the rounds add nothing its metric can see.
     validated = ScanOnly if metric == SCAN_RECALL else (lambda p: p)
     with _track("compile", selection, backbone, tracking, params, lms) as run:
@@ -272,35 +297,39 @@ def compile_and_save(selection: Selection, *, lm: LMSource, backbone: str, metho
         before = evaluate(validated(program), val, out_path=folder / "compile" / "val_before.jsonl", **scored)
         t1 = run.seconds()
         compiled = compile_program(program, train, val, optimizer, metric, judge=judge_model, demos=demos,
-                                   options=overrides, lm=lm, threads=workers, autolog=run.enabled and autolog,
-                                   trials=open_trials)
+                                   options=overrides, lm=lm, prompt_lm=proposer, threads=workers,
+                                   autolog=run.enabled and autolog, trials=open_trials)
         t2 = run.seconds()
         search = opened[0].summary()
         scored_any = search["best"] is not None
         after = None
-        if search["stopped"] is None:
+        if scored_any:
             after = evaluate(validated(compiled), val, out_path=folder / "compile" / "val_after.jsonl", **scored)
         seconds = {"before": t1, "compile": round(t2 - t1, 1), "after": round(run.seconds() - t2, 1)}
         metric_before = aggregate_value(before, metric)
         metric_after = aggregate_value(after, metric) if after is not None else None
+        usage = run.usage()
+        write_json(folder / "compile" / "lm_usage.json", usage, ensure_ascii=True)
         run.record(scores={"before_": before, **({"after_": after} if after is not None else {})},
                    metrics={"metric_before": metric_before, "metric_after": metric_after,
                             "trials": search["trials"], "search_lm_calls": search["lm_calls"],
                             **{f"seconds_{k}": v for k, v in seconds.items()}},
-                   usage=run.usage(), dicts={"trials_summary.json": search})
+                   usage=usage, dicts={"trials_summary.json": search})
         if not scored_any:
             return CompileResult(optimizer=optimizer, metric=metric, n_val=len(val), before=before, after=None,
                                  metric_before=metric_before, metric_after=None, seconds=seconds, search=search,
                                  path=None)
+        kept = "compiled" if metric_after > metric_before or keep_worse else "original"
         summary = {k: v for k, v in search.items() if k != "candidates"}
         extra = {"backbone": backbone, "templates_path": str(library), "optimizer": optimizer, "metric": metric,
                  "judge": judge, "validation": {"ids": params["val_ids"], "before": metric_before,
-                                                "after": metric_after},
+                                                "after": metric_after, "kept": kept},
                  "train_ids": params["train_ids"], "search": summary}
-        save_program(compiled, out, extra=extra)
+        save_program(compiled if kept == "compiled" else program, out, extra=extra)
         run.provenance(folder, out.name, seconds=seconds, metric=metric, val_before=metric_before,
-                       val_after=metric_after, val_ids=params["val_ids"], train_ids=params["train_ids"],
-                       optimizer=optimizer, options=overrides, search=search, lm_usage=run.usage())
+                       val_after=metric_after, kept=kept, keep_worse=keep_worse, val_ids=params["val_ids"],
+                       train_ids=params["train_ids"], optimizer=optimizer, options=overrides, search=search,
+                       lm_usage=usage, data=selection.source().record())
         run.record(files={out: "program", **{path: None for path in (
             library, folder / "compile" / "val_before.jsonl", folder / "compile" / "val_after.jsonl",
             folder / "compile" / "trials.jsonl")}})
@@ -311,7 +340,7 @@ def compile_and_save(selection: Selection, *, lm: LMSource, backbone: str, metho
             registered = f"models:/{version.name}/{version.version}"
     return CompileResult(optimizer=optimizer, metric=metric, n_val=len(val), before=before, after=after,
                          metric_before=metric_before, metric_after=metric_after, seconds=seconds, search=search,
-                         path=out, registered=registered)
+                         path=out, kept=kept, registered=registered)
 
 
 # ---- tune ----
@@ -366,7 +395,7 @@ def tune_and_save(selection: Selection, *, lm: LMSource, backbone: str, trials: 
                    "best_trial": best.number, "trials": len(found.trials)}
         folder.mkdir(parents=True, exist_ok=True)
         write_json(folder / "tune.json", summary, ensure_ascii=True)
-        run.provenance(folder, "tune.json", seconds=seconds)
+        run.provenance(folder, "tune.json", seconds=seconds, data=selection.source().record())
         run.record(metrics={"best_value": best.value, "seconds": seconds},
                    params={f"best_{k}": v for k, v in best.params.items()}, files={folder / "tune.json": None})
     return TuneResult(study=study_name, storage=clean_storage, metric=metric, best_trial=best.number,
@@ -408,7 +437,7 @@ class EvaluationRun(BaseModel):
 
 
 def evaluation_program(selection: Selection, *, backbone: str, program: str | None, method: str | None,
-                       shape: ProgramShape, templates: str | Path | None, programs: str | Path, demos: int):
+                       shape: ProgramShape, templates: str | Path | None, programs: str | Path):
     """(the program to evaluate, the selection with its setting, the method's name): a saved `program` (path or
     models:/ URI) with `shape`'s overrides, or a fresh `method`."""
     if program:
@@ -422,13 +451,13 @@ def evaluation_program(selection: Selection, *, backbone: str, program: str | No
         raise ValueError("--method needs --setting")
     setting = selection.setting
     built = build_method(setting, method, shape, templates=templates_path(setting, backbone, templates, programs),
-                         demos=demos, data=selection.data)
+                         data=selection.data, data_version=selection.data_version)
     return built, selection, method
 
 
 def evaluate_split(selection: Selection, *, lm: LMSource, backbone: str, program: str | None = None,
                    method: str | None = None, shape: ProgramShape = ProgramShape(), templates: str | None = None,
-                   programs: str = "programs", demos: int = 3, judge: str = "proxy", workers: int = 1,
+                   programs: str = "programs", judge: str = "proxy", workers: int = 1,
                    out: str | Path | None = None, resume: bool = False, fresh: bool = False,
                    verification: RepoVerification = RepoVerification(), check_out: Callable[[Path], Any] | None = None,
                    limits: Limits = Limits(), tracking: Tracking = Tracking()) -> EvaluationRun:
@@ -436,7 +465,7 @@ def evaluate_split(selection: Selection, *, lm: LMSource, backbone: str, program
     `out` (default runs/<setting>/<backbone>/<method>-<split>/results.jsonl). `check_out(folder)` vets the output
     folder before any LM work. `limits`: a budget (USD), prices and a window override (budget.Limits)."""
     built, selection, method = evaluation_program(selection, backbone=backbone, program=program, method=method,
-                                                  shape=shape, templates=templates, programs=programs, demos=demos)
+                                                  shape=shape, templates=templates, programs=programs)
     setting = selection.setting
     execute = verification.judge(setting)
     instances = selection.load()
@@ -454,7 +483,7 @@ def evaluate_split(selection: Selection, *, lm: LMSource, backbone: str, program
         result = evaluate(built, instances, judge=judge_model, out_path=results, resume=resume, lm=lm,
                           method=method, execute=execute, workers=workers, limits=limits,
                           config={"command": tracking.command_line, "program_path": program, "backbone": backbone,
-                                  "split": selection.split})
+                                  "split": selection.split, "data": selection.source().record()})
         seconds = run.seconds()
         run.record(scores={"": result}, usage=result.lm_usage,
                    metrics={"seconds": seconds, "n_incomplete": result.n_incomplete, "n_skipped": result.n_skipped,
@@ -510,15 +539,14 @@ def estimator_for(lm, targets: dict[str, Target | None], counter=None) -> Estima
 
 def estimate_split(selection: Selection, *, lm: LMSource, backbone: str, program: str | None = None,
                    method: str | None = None, shape: ProgramShape = ProgramShape(), templates: str | None = None,
-                   programs: str = "programs", demos: int = 3, judge: str = "proxy",
-                   limits: Limits = Limits()) -> Estimate:
+                   programs: str = "programs", judge: str = "proxy", limits: Limits = Limits()) -> Estimate:
     """What `evaluate_split` with these arguments would send and cost (`tide evaluate --dry-run`)."""
     note = None
-    if not program and method == "tide" and selection.setting:
+    if not program and method and get_method(method).templates and selection.setting:
         path, note = stand_in_templates(selection.setting, backbone, templates, programs)
         templates = str(path)
     built, selection, method = evaluation_program(selection, backbone=backbone, program=program, method=method,
-                                                  shape=shape, templates=templates, programs=programs, demos=demos)
+                                                  shape=shape, templates=templates, programs=programs)
     instances = selection.load()
     lm, judge_model = _lm(lm), metrics.make_judge(judge)
     targets = estimate_targets(lm, backbone, judge_model, judge, limits)
@@ -531,18 +559,20 @@ def estimate_compile(selection: Selection, *, lm: LMSource, backbone: str, metho
                      shape: ProgramShape = ProgramShape(), templates: str | None = None, programs: str = "programs",
                      optimizer: str = "copro", judge: str = "proxy", demos: int | None = None,
                      options: list[str] | None = None, val_fraction: float = 0.25, seed: int = 0,
-                     limits: Limits = Limits()) -> Estimate:
+                     prompt_model: str | None = None, limits: Limits = Limits()) -> Estimate:
     """What `compile_and_save` would send and cost (`tide compile --dry-run`): the validation before and after,
-    the optimizer's program runs (budget.optimizer_plan) and its proposals."""
+    the optimizer's program runs (budget.optimizer_plan) and its proposals, priced as the backbone's calls (also
+    when `prompt_model` proposes: the estimate says so)."""
     from tide_dspy.budget import PROPOSAL_PROMPT_TOKENS, optimizer_plan
     from tide_dspy.optimize import load_optimizer_config, optimizer_arguments, parse_options, split_train
 
     setting = selection.setting
     instances = selection.load()
     train, val = split_train(instances, val_fraction, seed)
-    library, note = stand_in_templates(setting, backbone, templates, programs) if method == "tide" else (None, None)
-    program = build_method(setting, method, shape, templates=library, demos=demos, data=selection.data,
-                           train_instances=train)
+    library, note = (stand_in_templates(setting, backbone, templates, programs) if get_method(method).templates
+                     else (None, None))
+    program = build_method(setting, method, shape, templates=library, data=selection.data,
+                           data_version=selection.data_version, train_instances=train)
     config = load_optimizer_config(optimizer)
     init, comp = optimizer_arguments(config, demos=demos, options=parse_options(options), n_train=len(train))
     lm, judge_model = _lm(lm), metrics.make_judge(judge)
@@ -564,6 +594,9 @@ def estimate_compile(selection: Selection, *, lm: LMSource, backbone: str, metho
     estimate_runs({"after (validation)": program}, val, estimator, targets, estimate=estimate)
     estimate.instances = len(instances)
     estimate.notes += [plan.note, *([note] if note else [])]
+    if prompt_model and plan.proposals:
+        estimate.notes.append(f"the proposals go to {prompt_model} (--prompt-model) but are counted and priced here "
+                              "as the backbone's calls")
     return estimate
 
 

@@ -130,6 +130,7 @@ class ProviderLM(dspy.LM):
     def __init__(self, model: str, *, rules: ProviderRules, retry: RetryPolicy | None = None, **kwargs):
         self.tide_rules = rules
         self.retry_policy = retry or RetryPolicy()
+        self.tide_origin: ProviderLM | None = None  # the LM this one was copied from, first of the line
         super().__init__(model, num_retries=0, **rules.sampling(kwargs))
         self._retrier = _Retrier(self.retry_policy, model.split("@")[0])
 
@@ -169,7 +170,20 @@ class ProviderLM(dspy.LM):
     def copy(self, **kwargs):
         copied = super().copy(**kwargs)
         copied.kwargs = copied.tide_rules.sampling(copied.kwargs)
+        copied.tide_origin = self.tide_origin or self
         return copied
+
+    def update_history(self, entry):
+        """Record a call; a copy's calls go to the history of the LM it was copied from too. Optimizers copy the LM
+        they are given (MIPROv2's proposer at another temperature, say), and the usage a command reports is read
+        from the history of the LM it built (backbones.usage), so those calls are counted and priced as its."""
+        super().update_history(entry)
+        origin, bound = self.tide_origin, dspy.settings.max_history_size
+        if origin is None or dspy.settings.disable_history or not bound:
+            return
+        if len(origin.history) >= bound:
+            origin.history.pop(0)
+        origin.history.append(entry)
 
     def dump_state(self):
         """dspy.LM's state, marked as a plain dspy.LM so a saved program loads without importing this class (the

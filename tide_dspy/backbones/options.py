@@ -50,6 +50,17 @@ def add_lm_options(parser: argparse.ArgumentParser, *, with_backbone: bool = Tru
                              "default), llama.cpp (python -m llama_cpp.server), off (default: $TIDE_SERVER_SCHEMA)")
 
 
+def add_proposer_options(parser: argparse.ArgumentParser) -> None:
+    """The options of a command whose optimizer proposes instructions with a model of its own (`tide compile`)."""
+    parser.add_argument("--prompt-model", default=None, metavar="BACKBONE",
+                        help="the model that proposes or reflects on instructions (MIPROv2's and COPRO's "
+                             "prompt_model, GEPA's reflection_lm, SIMBA's prompt_model): any backbone name "
+                             "(default: the backbone being compiled); its calls count toward --max-calls and "
+                             "--max-cost and appear in lm_usage.json")
+    parser.add_argument("--prompt-api-base", default=None, metavar="URL",
+                        help="where --prompt-model's calls go, when not to its provider (never --api-base)")
+
+
 @dataclass(frozen=True)
 class LMOptions:
     """The LM options of a command line (`--backbone`, `--api-base`, `--num-retries`, ...); None leaves a setting
@@ -64,6 +75,8 @@ class LMOptions:
     num_retries: int | None = None
     timeout: float | None = None
     judge_api_base: str | None = None
+    prompt_model: str | None = None
+    prompt_api_base: str | None = None
     no_check: bool = False
 
     @classmethod
@@ -98,6 +111,22 @@ class JudgeSpec(str):
         spec = super().__new__(cls, name)
         spec.lm_options, spec.check = dict(lm_options or {}), check
         return spec
+
+
+def proposer_from_options(options: LMOptions) -> dspy.LM | None:
+    """The proposer (`--prompt-model`, at `--prompt-api-base`), with the options' retries and timeout; None without
+    --prompt-model (the optimizer then proposes with the backbone). A hosted one is checked with one cheap call
+    first unless `options.no_check`."""
+    if options.prompt_model is None:
+        if options.prompt_api_base:
+            raise ValueError("--prompt-api-base needs --prompt-model BACKBONE")
+        return None
+    lm = get_lm(options.prompt_model, api_base=options.prompt_api_base, **options.retry_options())
+    if not options.no_check:
+        from tide_dspy.backbones.preflight import require_ready
+
+        require_ready(lm, "--prompt-model")
+    return lm
 
 
 def lm_from_options(options: LMOptions, backbone: str | None = None) -> dspy.LM:

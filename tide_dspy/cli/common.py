@@ -78,8 +78,11 @@ def command_line(args: argparse.Namespace) -> str:
 def add_data_options(p: argparse.ArgumentParser, split: str) -> None:
     p.add_argument("--setting", choices=SETTING_NAMES, required=split != "test")
     p.add_argument("--split", default=split, help=f"data split (default: {split})")
-    p.add_argument("--data", default=None, help="the setting's JSONL file or folder (default: $TIDE_DATA/<setting>, "
-                                                "else ../shared/data/<setting> beside the repository)")
+    p.add_argument("--data", default=None,
+                   help="the setting's data: a set's folder, one version's folder, or a JSONL file or folder of your "
+                        "own (default: $TIDE_DATA/<setting>, else the set shipped with tide-dspy)")
+    p.add_argument("--data-version", default=None, metavar="VERSION",
+                   help="the version of a versioned set: v1, v2, ... (default: its highest)")
     p.add_argument("--ids", default=None, help="only these instance ids (comma-separated)")
     p.add_argument("--max-context-tokens", type=positive_int, default=None,
                    help="only instances whose rendered context fits this many (estimated) tokens, smallest first")

@@ -1,11 +1,12 @@
-"""`tide data ...`: dataset statistics, the repository-instance builder and the workspace generator."""
+"""`tide data ...`: dataset statistics, the set checker, the repository-instance builder and the workspace
+generator."""
 
 from __future__ import annotations
 
 import argparse
 
 from tide_dspy.backbones import add_lm_options
-from tide_dspy.domains import SETTING_NAMES
+from tide_dspy.domains import SETTING_NAMES, WORKSPACE
 from tide_dspy.util.argtypes import count, positive_int
 
 GENERATE_DESCRIPTION = """\
@@ -30,12 +31,26 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     sub = data.add_subparsers(dest="data_command", required=True)
 
     stats = sub.add_parser("stats", help="instances, problems, artifacts and evidence by split")
-    stats.add_argument("path", help="a JSONL file or a folder of JSONL files")
+    stats.add_argument("path", help="a JSONL file or a folder of JSONL files, or a versioned set's folder")
+    stats.add_argument("--data-version", default=None, help="the version of a versioned set (default: its highest)")
     stats.add_argument("--setting", choices=SETTING_NAMES, default=None,
                        help="force the format (default: detected from the records)")
     stats.add_argument("--split", default=None, help="only this split (train, test, ...)")
     stats.add_argument("--skip-invalid", action="store_true", help="skip invalid records, and list them")
     stats.set_defaults(func=run_stats)
+
+    check = sub.add_parser("check", help="check a benchmark set's invariants and print its chance floors per split")
+    check.add_argument("path", nargs="?", default=None,
+                       help="a set's folder, one version's folder, or a JSONL file or folder (default: every version "
+                            "of every set under the data root: $TIDE_DATA, else the sets shipped with tide-dspy)")
+    check.add_argument("--data-version", default=None,
+                       help="the version of a versioned set (default: its highest; without PATH, every version)")
+    check.add_argument("--paper-scale", action="store_true",
+                       help="also require the paper's scale (workspace set; without PATH, its default version): "
+                            "88-113 items per workspace, >= 30 workspaces and 150 problems, >= 8 train workspaces "
+                            "with >= 40 problems, >= 20 test")
+    check.add_argument("--no-floors", action="store_true", help="check the invariants only")
+    check.set_defaults(func=run_check)
 
     build = sub.add_parser("build-repo", help="build multi-bug repository instances from SWE-bench-format rows")
     build.add_argument("--rows", required=True, help="JSONL of SWE-bench rows (instance_id, repo, base_commit, "
@@ -73,19 +88,61 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run_stats(args: argparse.Namespace) -> int:
     from tide_dspy.data.loaders import load_with_report
+    from tide_dspy.data.sets import locate
     from tide_dspy.data.stats import dataset_stats, format_stats_table
 
-    result = load_with_report(args.path, setting=args.setting, split=args.split, skip_invalid=args.skip_invalid)
+    path = locate(args.setting, args.path, args.data_version).path  # a versioned set's folder: its version
+    result = load_with_report(path, setting=args.setting, split=args.split, skip_invalid=args.skip_invalid)
     if not result.instances:
-        print(f"{args.path}: no instances" + (f" in split {args.split!r}" if args.split else ""))
+        print(f"{path}: no instances" + (f" in split {args.split!r}" if args.split else ""))
     else:
-        print(f"{args.path} ({result.instances[0].setting})")
+        print(f"{path} ({result.instances[0].setting})")
         print(format_stats_table(dataset_stats(result.instances)))
     if result.skipped:
         print(f"\nskipped {len(result.skipped)} invalid record(s):")
         for error in result.skipped:
             print(f"  {error.path} line {error.line}: {error.reason}")
     return 0
+
+
+def run_check(args: argparse.Namespace) -> int:
+    from tide_dspy.data.set_check import check_data
+    from tide_dspy.data.sets import data_root, versions
+    from tide_dspy.floors import floor_scores, format_floors, split_rows
+
+    if args.path is not None:
+        targets = [(args.path, args.data_version)]
+    else:
+        root = data_root()
+        folders = sorted(p for p in root.iterdir() if p.is_dir() and (versions(p) or p.name in SETTING_NAMES))
+        if args.paper_scale:  # the paper's scale is a target of the workspace set's default version
+            folders = [p for p in folders if p.name == WORKSPACE.name]
+        targets = [(folder, v) for folder in folders for v in ([args.data_version] if args.data_version else
+                                                               versions(folder)[-1:] if args.paper_scale else
+                                                               versions(folder) or [None])]
+    failed = 0
+    for path, version in targets:
+        result = check_data(path, version=version, paper_scale=args.paper_scale)
+        info = result.info
+        counts = ", ".join(f"{split} {sum(i.split == split for i in result.instances)} instances / "
+                           f"{sum(len(i.problems) for i in result.instances if i.split == split)} problems"
+                           for split in dict.fromkeys(i.split for i in result.instances))
+        print(f"{info.path}: {info.name} {info.version or '(no version)'}, {result.setting} setting, sha256 "
+              f"{info.sha256[:16]}...")
+        print(f"  {counts}")
+        if result.passed:
+            print("  every invariant holds" + (" at the paper's scale" if args.paper_scale else ""))
+        else:
+            failed += 1
+            print(f"  {len(result.problems)} broken invariant(s):")
+            for line in result.problems:
+                print(f"  - {line}")
+        if not args.no_floors:
+            rows = split_rows(result.instances, floor_scores(result.instances))
+            print("  chance floors, retrieval F1 (mean ± 95% interval half-width over instances):")
+            print("\n".join("    " + line for line in format_floors(rows).splitlines()))
+        print()
+    return 1 if failed else 0
 
 
 def run_build_repo(args: argparse.Namespace) -> int:

@@ -11,7 +11,7 @@ import argparse
 import sys
 
 from tide_dspy import workflows
-from tide_dspy.backbones import LMOptions, lm_from_options
+from tide_dspy.backbones import LMOptions, add_proposer_options, lm_from_options, proposer_from_options
 from tide_dspy.budget import Limits, add_cost_options, add_max_cost_option
 from tide_dspy.cli.common import (
     add_data_options,
@@ -27,6 +27,7 @@ from tide_dspy.cli.common import (
 from tide_dspy.data.selection import Selection
 from tide_dspy.domains import get_setting
 from tide_dspy.evaluation import format_table
+from tide_dspy.methods import METHODS, floor_methods, lm_methods
 from tide_dspy.util.argtypes import count, percentage, positive_float, positive_int
 
 
@@ -50,7 +51,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_data_options(c, "train")
     add_program_options(c)
     add_split_options(c)
-    c.add_argument("--method", default="tide", help="program to compile (default: tide)")
+    c.add_argument("--method", default="tide", choices=lm_methods(),
+                   help="the method whose program is compiled (default: tide; tide_dspy.methods)")
     add_workers_option(c, "validation instances and optimizer evaluations")
     c.add_argument("--optimizer", default="copro",
                    help="miprov2 | copro | gepa | simba | bootstrap, or a path to an optimizer YAML")
@@ -59,20 +61,26 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     c.add_argument("--opt", action="append", default=[], metavar="KEY=VALUE",
                    help="override an optimizer argument, e.g. init.breadth=2 or compile.num_trials=3; repeatable")
     c.add_argument("--max-calls", type=positive_int, default=None, metavar="N",
-                   help="stop the search once it has made N LM calls (checked before each evaluation; the "
-                        "validation before and after are outside the bound); the best candidate so far is saved "
-                        "and a rerun with a larger bound continues from the trial log")
+                   help="stop the search once it has made N LM calls, the proposer's included (checked before "
+                        "each evaluation; the validation before and after are outside the bound); the best "
+                        "candidate so far is validated and kept if it beats the original, and a rerun with a "
+                        "larger bound continues from the trial log")
     add_max_cost_option(c, "checked with --max-calls, before each evaluation of the search; the best candidate "
-                           "so far is saved and a rerun with a larger cap continues from the trial log")
+                           "so far is validated and kept if it beats the original, and a rerun with a larger cap "
+                           "continues from the trial log")
     c.add_argument("--fresh", action="store_true",
                    help="discard the trial log (programs/<setting>/<backbone>/compile/trials.jsonl) and start over; "
                         "by default a rerun replays the evaluations already scored")
+    c.add_argument("--keep-worse", action="store_true",
+                   help="save the compiled program even when its validation score is not higher than the "
+                        "original's (by default the original, uncompiled program is kept then)")
     c.add_argument("--no-register", action="store_true", help="do not register the program in the model registry")
     c.add_argument("--autolog", action="store_true",
                    help="also run mlflow.dspy autologging (optimizer params, best-program state, and data tables "
                         "that hold every rendered instance: large for repositories)")
     add_cost_options(c)
     add_output_options(c)
+    add_proposer_options(c)
     c.set_defaults(func=run_compile)
 
     t = subparsers.add_parser("tune", help="Optuna search over rounds, per-round k, template pool size, temperature")
@@ -100,12 +108,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_program_options(e)
     src = e.add_mutually_exclusive_group(required=True)
     src.add_argument("--program", default=None, help="a saved program: JSON path or models:/<name>/<version>")
-    src.add_argument("--method", default=None,
-                     choices=("tide", "single", "multi", "iter", "iter-demos", "random", "first-listed",
-                              "lexical-join"),
-                     help="random / first-listed / lexical-join: the chance floors (no LM call; lexical-join "
-                          "links artifacts that share rare tokens)")
-    e.add_argument("--demos", type=positive_int, default=3, help="solved train examples for iter-demos")
+    src.add_argument("--method", default=None, choices=list(METHODS),
+                     help=f"a method of tide_dspy.methods, built fresh; {', '.join(floor_methods())}: the chance "
+                          "floors (no LM call)")
     add_workers_option(e, "instances")
     e.add_argument("--out", default=None, help="results folder (default: runs/<setting>/<backbone>/<method>-<split>)")
     again = e.add_mutually_exclusive_group()
@@ -135,7 +140,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def _selection(args: argparse.Namespace) -> Selection:
     ids = [i.strip() for i in args.ids.split(",") if i.strip()] if args.ids else None
     setting = get_setting(args.setting) if args.setting else None  # the one lookup of --setting
-    return Selection(setting=setting, split=args.split, data=args.data, ids=ids,
+    return Selection(setting=setting, split=args.split, data=args.data, data_version=args.data_version, ids=ids,
                      max_context_tokens=args.max_context_tokens, limit=args.limit, skip_invalid=args.skip_invalid)
 
 
@@ -150,6 +155,15 @@ def _common(args: argparse.Namespace) -> dict:
         programs=args.programs,
         tracking=workflows.Tracking(enabled=not args.no_track, uri=args.tracking_uri, command_line=command_line(args)),
     )
+
+
+def _proposer(args: argparse.Namespace):
+    """A maker of the --prompt-model LM (None without it), called once the inputs check out."""
+    options = LMOptions.from_namespace(args)
+    if options.prompt_model is None:
+        proposer_from_options(options)  # refuses --prompt-api-base alone
+        return None
+    return lambda: proposer_from_options(options)
 
 
 def _estimating(args: argparse.Namespace) -> dict:
@@ -193,32 +207,48 @@ def run_compile(args: argparse.Namespace) -> int:
         return print_estimate(workflows.estimate_compile(
             _selection(args), method=args.method, shape=_shape(args), templates=args.templates,
             optimizer=args.optimizer, demos=args.demos, options=args.opt, val_fraction=args.val_fraction,
-            seed=args.seed, **_estimating(args)))
+            seed=args.seed, prompt_model=args.prompt_model, **_estimating(args)))
     r = workflows.compile_and_save(
         _selection(args), method=args.method, shape=_shape(args), templates=args.templates, optimizer=args.optimizer,
         metric=args.metric, demos=args.demos, options=args.opt, val_fraction=args.val_fraction, seed=args.seed,
         workers=args.workers, register=not args.no_register, autolog=args.autolog,
         budget=Budget(max_calls=args.max_calls, max_cost=args.max_cost),
-        limits=Limits(prices=args.price, judge_prices=args.judge_price), fresh=args.fresh, **_common(args))
+        limits=Limits(prices=args.price, judge_prices=args.judge_price), fresh=args.fresh,
+        keep_worse=args.keep_worse, prompt_lm=_proposer(args), **_common(args))
     s = r.search
     scan_only = args.metric == SCAN_RECALL  # the validation ran the scan alone: its tables would show no findings
+    held_out = f"{r.n_val} held-out train instance{'s' if r.n_val != 1 else ''}"
     if not scan_only:
-        print(f"validation ({r.n_val} held-out train instances), before:\n{format_table(r.before)}\n")
+        print(f"validation ({held_out}), before:\n{format_table(r.before)}\n")
     print(f"search: {s['trials']} trials, {s['evaluations']} evaluations ({s['replayed']} replayed from the trial "
           f"log), {s['lm_calls']} LM calls; best train score {s['best_score']}")
     if r.stopped:
-        print(f"stopped early: {r.stopped}. The best candidate so far is saved; the validation after is not run. "
-              "Rerun the same command with a larger --max-calls / --max-cost to continue.", file=sys.stderr)
-        if r.path is None:
-            print("no candidate was scored before the bound, so nothing was saved", file=sys.stderr)
-            return 1
-    elif not scan_only:
+        print(f"stopped early: {r.stopped}. The best candidate so far is validated and kept only if it beats the "
+              "original. Rerun the same command with a larger --max-calls / --max-cost to continue.", file=sys.stderr)
+    if r.path is None:
+        print("no candidate was scored, so nothing was saved", file=sys.stderr)
+        return 1
+    if r.after is not None and not scan_only:
         print(f"after {r.optimizer}:\n{format_table(r.after)}\n")
-    after = "not measured" if r.metric_after is None else f"{r.metric_after:.4f}"
-    print(f"validation ({r.n_val} held-out train instances) {r.metric}: {r.metric_before:.4f} -> {after}; "
-          f"times {r.seconds}")
+    print(f"validation ({held_out}) {r.metric}: {r.metric_before:.4f} -> {r.metric_after:.4f}; times {r.seconds}")
+    print(compile_verdict(r))
+    if r.n_val < FEW_VALIDATION:
+        print(f"note: on {held_out} this choice is selection, not evidence that either program is better")
     print(f"program -> {r.path}" + (f"; registered {r.registered}" if r.registered else ""))
     return 0
+
+
+FEW_VALIDATION = 10  # held-out instances below which a compile's before/after is read as selection only
+
+
+def compile_verdict(r: workflows.CompileResult) -> str:
+    """Which program was saved, and why."""
+    scores = f"({r.metric_before:.4f} → {r.metric_after:.4f})"
+    if r.improved:
+        return f"compile improved validation {scores}; saved the compiled program"
+    if r.kept == "compiled":
+        return f"compile did not improve validation {scores}; saved the compiled program anyway (--keep-worse)"
+    return f"compile did not improve validation {scores}; kept the original"
 
 
 def run_tune(args: argparse.Namespace) -> int:
@@ -244,14 +274,14 @@ def run_evaluate(args: argparse.Namespace) -> int:
     if args.dry_run:
         return print_estimate(workflows.estimate_split(
             _selection(args), program=args.program, method=args.method, shape=_shape(args), templates=args.templates,
-            demos=args.demos, **_estimating(args)))
+            **_estimating(args)))
     verification = workflows.RepoVerification(repo=args.verify_repo, command=args.verify_command,
                                           timeout=args.verify_timeout,
                                           sandbox=sandbox_options(args, args.verify_repo is not None,
                                                                   "--verify-repo DIR"))
     r = workflows.evaluate_split(
         _selection(args), program=args.program, method=args.method, shape=_shape(args), templates=args.templates,
-        demos=args.demos, workers=args.workers, out=args.out, resume=args.resume, fresh=args.fresh,
+        workers=args.workers, out=args.out, resume=args.resume, fresh=args.fresh,
         verification=verification, check_out=check_output_folder, limits=Limits.from_namespace(args), **_common(args))
     print(format_table(r.result))
     if r.executed:

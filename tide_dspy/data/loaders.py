@@ -1,9 +1,13 @@
-"""Load benchmark JSONL (a file or a folder of files) into validated Instances, through Hugging Face `datasets`."""
+"""Load JSONL records (a file or a folder of files, plain or compressed as .jsonl.xz / .jsonl.gz) into validated
+Instances, through Hugging Face `datasets`: any file of the record formats, with errors that name the file and line.
+The versioned benchmark sets load through their explicit Features instead (tide_dspy.data.sets.load_benchmark)."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import logging
+import lzma
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -35,16 +39,44 @@ class LoadResult:
     skipped: list[InvalidRecordError] = field(default_factory=list)
 
 
+RECORD_SUFFIXES = (".jsonl", ".jsonl.xz", ".jsonl.gz")  # plain, or compressed (the shipped sets are .jsonl.xz)
+
+
+class UnknownSplitError(ValueError):
+    """A split that the data does not have. The message names the data and the splits it has."""
+
+
+def check_split(split: str | None, splits: set[str], where: str | Path) -> None:
+    """Refuse a split the data does not have (a typo such as "tset" would otherwise select nothing)."""
+    if split is not None and split not in splits:
+        raise UnknownSplitError(f"{where}: no split {split!r}; its splits are {', '.join(sorted(splits)) or 'none'} "
+                                "(pass one of them with --split)")
+
+
 def jsonl_files(path: str | Path) -> list[Path]:
     path = Path(path)
     if path.is_file():
         return [path]
     if path.is_dir():
-        files = sorted(path.glob("*.jsonl"))
+        files = sorted(p for p in path.iterdir() if p.is_file() and p.name.endswith(RECORD_SUFFIXES))
         if files:
             return files
-        raise FileNotFoundError(f"{path}: the folder has no .jsonl files; pass a JSONL file or a folder of them")
+        raise FileNotFoundError(f"{path}: the folder has no {', '.join(RECORD_SUFFIXES)} files; pass a JSONL file "
+                                "or a folder of them")
     raise FileNotFoundError(f"{path}: no such file or folder")
+
+
+def read_data(file: Path) -> bytes:
+    """The bytes of a JSONL file, decompressed when its name ends in .xz or .gz."""
+    try:
+        if file.name.endswith(".xz"):
+            return lzma.decompress(file.read_bytes())
+        if file.name.endswith(".gz"):
+            return gzip.decompress(file.read_bytes())
+    except (lzma.LZMAError, gzip.BadGzipFile, EOFError) as exc:
+        raise ValueError(f"{file}: not a readable {file.suffix} file ({exc}); restore it, or pass the plain "
+                         ".jsonl") from exc
+    return file.read_bytes()
 
 
 def load_instances(path: str | Path, setting: str | None = None, split: str | None = None,
@@ -59,12 +91,13 @@ def load_with_report(path: str | Path, setting: str | None = None, split: str | 
     in which case each is logged as a warning and listed in `skipped`.
 
     `setting` (workspace|repository) forces the format; by default each record's setting is detected and a
-    file may not mix settings. `split` keeps only instances of that split.
+    file may not mix settings. `split` keeps only instances of that split; a split no record has is an error.
     """
     if setting is not None and setting not in SETTING_NAMES:
         raise ValueError(f"setting={setting!r}: use one of {', '.join(SETTING_NAMES)}")
     result = LoadResult()
     seen: dict[str, tuple[Path, int]] = {}
+    splits: set[str] = set()
     for file in jsonl_files(path):
         for line_no, text in jsonl_lines(file, cache_dir):
             if isinstance(text, str) and not text.strip():
@@ -87,10 +120,13 @@ def load_with_report(path: str | Path, setting: str | None = None, split: str | 
                 result.skipped.append(error)
                 continue
             seen[instance.instance_id] = (file, line_no)
+            splits.add(instance.split)
             if split is None or instance.split == split:
                 result.instances.append(instance)
     if result.skipped:
         logger.warning("skipped %d invalid record(s) of %s", len(result.skipped), path)
+    if seen:
+        check_split(split, splits, path)
     return result
 
 
@@ -121,9 +157,10 @@ def jsonl_lines(file: Path, cache_dir: str | Path | None = None) -> Iterator[tup
     `datasets` keys its cache on the file's path and modification time, so a file edited in place with its time
     kept would be read from a stale cache; the cache lives in a folder named by a hash of the content instead.
     A file that is not UTF-8 is read line by line, and each line that does not decode comes as its
-    UnicodeDecodeError, so the caller can name the line (and skip it under skip_invalid).
+    UnicodeDecodeError, so the caller can name the line (and skip it under skip_invalid). A compressed file is
+    read by the same builder, which decompresses it.
     """
-    data = file.read_bytes()
+    data = read_data(file)
     if not data.strip():
         raise ValueError(f"{file}: the file is empty; a .jsonl file holds one JSON record per line (fill it or "
                          "remove it)")
@@ -138,7 +175,7 @@ def jsonl_lines(file: Path, cache_dir: str | Path | None = None) -> Iterator[tup
         return
     digest = short_sha256(data)
     base = Path(cache_dir) if cache_dir else Path(datasets.config.HF_DATASETS_CACHE)
-    with _quiet_progress():
+    with quiet_progress():
         ds = datasets.load_dataset("text", data_files=str(file.resolve()), split="train",
                                    cache_dir=str(base / f"tide-jsonl-{digest}"))
     for index, text in enumerate(ds["text"]):
@@ -146,7 +183,7 @@ def jsonl_lines(file: Path, cache_dir: str | Path | None = None) -> Iterator[tup
 
 
 @contextmanager
-def _quiet_progress() -> Iterator[None]:
+def quiet_progress() -> Iterator[None]:
     was_disabled = datasets.are_progress_bars_disabled()
     datasets.disable_progress_bars()
     try:

@@ -7,20 +7,16 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict
 
 from tide_dspy.data.loaders import load_instances
+from tide_dspy.data.sets import SetInfo, load_located, locate
 from tide_dspy.domains import Setting, get_setting
 from tide_dspy.schemas import Instance
-from tide_dspy.util.paths import DATA_ENV, data_root
 from tide_dspy.util.tokens import estimate_tokens
 
 
-def data_path(setting: str, data: str | Path | None = None) -> Path:
-    """Where a setting's instances live: --data, else $TIDE_DATA/<setting>, else ../shared/data/<setting> beside
-    the repository."""
-    path = Path(data) if data is not None else data_root() / setting
-    if not path.exists():
-        raise FileNotFoundError(f"{path}: no {setting} data here; pass --data PATH or set {DATA_ENV}=<folder with "
-                                f"workspace/ and repository/>")
-    return path
+def data_path(setting: str, data: str | Path | None = None, version: str | None = None) -> Path:
+    """What a run of `setting` reads: --data, else $TIDE_DATA/<setting>, else the set shipped with tide-dspy; of a
+    versioned set, the folder of `version` (default: its highest). See tide_dspy.data.sets.locate."""
+    return locate(setting, data, version).path
 
 
 def context_tokens(instance: Instance) -> int:
@@ -47,15 +43,27 @@ class Selection(BaseModel):
 
     setting: Setting | None  # None only until a saved program names it (evaluate --program)
     split: str
-    data: str | None = None  # the setting's JSONL file or folder (default: $TIDE_DATA/<setting>)
+    data: str | None = None  # --data: a set's folder, one version's, or a JSONL file or folder of your own
+    data_version: str | None = None  # --data-version: of a versioned set (default: its highest)
     ids: list[str] | None = None
     max_context_tokens: int | None = None
     limit: int | None = None
     skip_invalid: bool = False  # leave out (and list) records that are not valid instances
 
+    def source(self) -> SetInfo:
+        """The set this selection reads: its name, version and checksum (what a result records) and its files."""
+        return locate(self.setting.name, self.data, self.data_version)
+
     def load(self) -> list[Instance]:
-        path = data_path(self.setting.name, self.data)
-        instances = load_instances(path, setting=self.setting.name, split=self.split, skip_invalid=self.skip_invalid)
+        """The selected instances. A versioned set loads through its Features (tide_dspy.data.sets); files of your
+        own, or any set read with skip_invalid, load line by line (tide_dspy.data.loaders)."""
+        info = self.source()
+        path = info.path
+        if info.version is not None and not self.skip_invalid:
+            instances = load_located(info, self.setting.name, self.split).instances
+        else:
+            instances = load_instances(path, setting=self.setting.name, split=self.split,
+                                       skip_invalid=self.skip_invalid)
         if self.ids:
             known = {i.instance_id for i in instances}
             missing = [i for i in self.ids if i not in known]

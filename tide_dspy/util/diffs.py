@@ -45,3 +45,32 @@ def hunks(diff: str) -> list[tuple[int, int, list[str]]]:
         elif found and line.startswith("+"):
             found[-1][2].append(line[1:])
     return found
+
+
+def diff_problem(patch: str) -> str | None:
+    """Why `patch` is not a well-formed unified diff, or None: it needs a file header with an @@ hunk, and each
+    hunk's lines must add up to the counts of its @@ header (as `git apply` requires)."""
+    if not patch_paths(patch):
+        return "no 'diff --git a/... b/...' or '+++ b/...' header with an @@ hunk"
+    old = new = 0
+    in_file = False  # after a hunk of the current file, before the next header
+    for number, line in enumerate(patch.splitlines(), 1):
+        if old > 0 or new > 0:
+            if line.startswith("\\"):  # "\ No newline at end of file"
+                continue
+            mark = line[:1] or " "  # an empty line is a blank context line
+            if mark not in " -+":
+                return f"line {number}: the hunk ends {old} old and {new} new lines short of its @@ counts"
+            old -= mark in " -"
+            new -= mark in " +"
+            if old < 0 or new < 0:
+                return f"line {number}: the hunk runs past the counts of its @@ header"
+        elif m := HUNK_HEADER.match(line):
+            old, new, in_file = int(m.group(2) or 1), int(m.group(4) or 1), True
+        elif line.startswith(("diff --git ", "--- ", "+++ ")):
+            in_file = False
+        elif in_file and line[:1] in ("+", "-", " ") and line.strip():
+            return f"line {number}: the hunk runs past the counts of its @@ header"
+    if old > 0 or new > 0:
+        return f"the last hunk ends {old} old and {new} new lines short of its @@ counts"
+    return None

@@ -1,9 +1,8 @@
-"""Where things live: the tide-dspy checkout (found from this package, never from the working directory) and the
-benchmark data folder ($TIDE_DATA, else ../shared/data beside the checkout)."""
+"""Where things live: the tide-dspy checkout (found from this package, never from the working directory), and the
+environment variable that names another benchmark data folder (tide_dspy.data.sets reads it)."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 DATA_ENV = "TIDE_DATA"  # the only environment variable that names the data folder
@@ -23,10 +22,3 @@ def _checkout_root() -> Path | None:
 
 
 CHECKOUT_ROOT = _checkout_root()
-
-
-def data_root() -> Path:
-    """The folder holding workspace/ and repository/: $TIDE_DATA, else ../shared/data beside the checkout."""
-    if os.environ.get(DATA_ENV):
-        return Path(os.environ[DATA_ENV])
-    return PACKAGE_PARENT.parent / "shared" / "data"
