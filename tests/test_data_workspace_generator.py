@@ -14,7 +14,7 @@ import dspy
 import pytest
 from dspy.utils.dummies import DummyLM
 
-from tide_dspy.data.set_check import Ranges, check_record
+from tide_dspy.data.set_check import PAPER_RANGES, check_workspace
 from tide_dspy.data.workspace_checks import TextPool, check_library, check_persona, library_names
 from tide_dspy.data.workspace_generator import (
     Drafts,
@@ -85,7 +85,7 @@ def test_a_runs_workspaces_are_fixed_by_its_seed():
 
 
 def test_each_workspace_is_sized_inside_the_sets_ranges():
-    ranges = Ranges()
+    ranges = PAPER_RANGES
     for number in range(1, 31):
         spec = workspace_spec(0, number)
         assert ranges.problems[0] <= len(spec.categories) <= ranges.problems[1]
@@ -316,7 +316,7 @@ def test_the_assembled_record_has_the_sets_layout_and_passes_its_checker():
         evidence=evidence,
         distractors=[DistractorDraft(**distractor(words(60, f"d{i}x"))) for i in range(n_distractors)])
     record = assemble_record(spec, "train", drafts)
-    assert check_record(record) == []
+    assert check_workspace(record, PAPER_RANGES) == []
     assert record["instance_id"] == f"ws-northfield-college-{spec.instance_id_suffix}"
     assert [p["category"] for p in record["problems"]] == list(spec.categories)
     assert all(a["id"].startswith(a["kind"] + "_") for a in record["artifacts"])

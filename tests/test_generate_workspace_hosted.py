@@ -11,7 +11,7 @@ import json
 import pytest
 
 from tide_dspy.cli.main import main
-from tide_dspy.data.set_check import check_records
+from tide_dspy.data.set_check import PAPER_RANGES, check_records, check_set
 from tide_dspy.testing.provider_sim import Fault, ProviderSimulator
 
 KEY_ENV = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
@@ -51,8 +51,10 @@ def test_generated_workspaces_pass_the_set_checker(sim, monkeypatch, tmp_path, c
     assert generate(sim, monkeypatch, out, "--n", "2", "--train", "1", "--seed", "5", provider=provider,
                     path=path) == 0
     written = records(out)
-    assert check_records(written) == []  # counts, ids, evidence, gold actions, distractor share, near copies
     assert [r["split"] for r in written] == ["train", "test"]
+    # counts at the paper's ranges, ids, evidence, gold actions, distractor share, both splits, near copies
+    assert check_set(written, "workspace") == [] and check_records(written, "workspace", ranges=PAPER_RANGES) == []
+    assert main(["data", "check", str(out)]) == 0
     assert sim.rejected() == []
     for record in written:
         assert 88 <= len(record["artifacts"]) <= 113 and 4 <= len(record["problems"]) <= 6
@@ -80,7 +82,7 @@ def test_a_malformed_answer_is_sampled_again_and_recorded(sim, monkeypatch, tmp_
     persona = run_log(out)["workspaces"][0]["stages"][0]
     assert persona["stage"] == "persona" and persona["attempts"] == 2
     assert persona["errors"][0].startswith("AdapterParseError")
-    assert check_records(records(out)) == []
+    assert check_records(records(out), "workspace", ranges=PAPER_RANGES) == []
 
 
 def test_a_failing_workspace_is_skipped_and_a_stopped_run_resumes(sim, monkeypatch, tmp_path, capsys):
@@ -100,7 +102,7 @@ def test_a_failing_workspace_is_skipped_and_a_stopped_run_resumes(sim, monkeypat
     assert generate(sim, monkeypatch, out, "--n", "2", "--resume", "--no-check") == 0
     personas = [r for r in sim.requests("openai", "generation")[asked:] if "role_hint" in r.prompt]
     assert len(personas) == 1  # workspace 1 was not asked again: one persona request, workspace 2's
-    assert len(records(out)) == 2 and check_records(records(out)) == []
+    assert len(records(out)) == 2 and check_records(records(out), "workspace", ranges=PAPER_RANGES) == []
     printed = capsys.readouterr().out
     assert "wrote 1 workspace(s)" in printed and "(resumed: 1 written before)" in printed
 

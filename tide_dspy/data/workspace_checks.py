@@ -2,7 +2,8 @@
 refuses the output, in words that name the item and the fix (the stage is then sampled again, and the reason is
 recorded).
 
-They hold the drafts to the set's invariants (`set_check.Ranges`: counts, word ranges, dates, near copies) and to
+They hold the drafts to the set's invariants at the paper's scale (`set_check.PAPER_RANGES`: counts, word ranges,
+dates; and no near copies) and to
 PROBE's rules: exactly one solving action per bottleneck, an action library that names none of the problems'
 people or ids, evidence that never labels the problem and never holds the whole of it in one item, and distractors
 that reuse the problems' names while asking nothing of the persona.
@@ -17,7 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from math import ceil
 
-from tide_dspy.data.set_check import NEAR_DUPLICATE, Ranges
+from tide_dspy.data.set_check import NEAR_DUPLICATE, NEAR_DUPLICATE_MIN_WORDS, PAPER_RANGES
 from tide_dspy.data.workspace_prompts import (
     RELATIONSHIP_TYPES,
     ActionDraft,
@@ -32,7 +33,7 @@ from tide_dspy.data.workspace_prompts import (
 )
 from tide_dspy.workspace_actions import ACTION_TYPES
 
-RANGES = Ranges()
+RANGES = PAPER_RANGES
 PERSON = re.compile(r"^[^<>@]+ <[^<>\s@]+@[^<>\s@]+\.[^<>\s@]+>$")
 FLAG_WORDS = ("bottleneck",)  # words no evidence item may use: the reader must infer the problem
 
@@ -226,9 +227,9 @@ def check_review(review: EvidenceReview, items: list[ArtifactDraft]) -> str | No
 
 
 class TextPool:
-    """Texts accepted so far; a new batch is admitted only when none of its texts is a near copy (rapidfuzz ratio
-    at least set_check.NEAR_DUPLICATE, on texts of 12 words or more: the set checker's rule) of another, old or
-    new. Thread-safe: parallel stages admit into one pool."""
+    """Texts accepted so far; a new batch is admitted only when none of its texts is a near copy (the set checker's
+    rule: rapidfuzz ratio at least NEAR_DUPLICATE, on texts of NEAR_DUPLICATE_MIN_WORDS words or more) of another,
+    old or new. Thread-safe: parallel stages admit into one pool."""
 
     def __init__(self, texts: Iterable[str] = ()):
         self.texts: list[str] = []
@@ -241,13 +242,13 @@ class TextPool:
         new = [" ".join(t.lower().split()) for t in texts]
         with self._lock:
             for i, text in enumerate(new):
-                if words(text) < 12:
+                if words(text) < NEAR_DUPLICATE_MIN_WORDS:
                     continue
-                others = self.texts + [t for j, t in enumerate(new) if j != i and words(t) >= 12]
+                others = self.texts + [t for j, t in enumerate(new) if j != i and words(t) >= NEAR_DUPLICATE_MIN_WORDS]
                 hit = process.extractOne(text, others, scorer=fuzz.ratio, score_cutoff=NEAR_DUPLICATE)
                 if hit is not None:
                     return f"item {i + 1} is a near copy of another text ({hit[1]:.0f}% alike); write it afresh"
-            self.texts += [t for t in new if words(t) >= 12]
+            self.texts += [t for t in new if words(t) >= NEAR_DUPLICATE_MIN_WORDS]
         return None
 
 

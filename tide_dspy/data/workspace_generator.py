@@ -18,9 +18,9 @@ bottleneck. Here the same stages run per workspace, one signature each (`workspa
 
 An output that fails its stage's check is sampled again, at most `max_attempts` times, and every failed attempt is
 recorded. A workspace whose stage still fails, or whose assembled record fails the set checker
-(`set_check.check_record`) or repeats another workspace's text, is skipped and recorded, never written. The record
-of every workspace and stage goes to `<out stem>.generation.json`; a resumed run reads it and generates the
-workspaces not yet written (a skipped one is tried afresh).
+(`set_check.check_workspace`, at the paper's ranges) or repeats another workspace's text, is skipped and recorded,
+never written. The record of every workspace and stage goes to `<out stem>.generation.json`; a resumed run reads
+it and generates the workspaces not yet written (a skipped one is tried afresh).
 
 Quality depends on the backbone: a small local model writes shallow, repetitive workspaces whose problems are often
 stated outright in one item; PROBE's and the paper's workspaces came from strong hosted models.
@@ -47,7 +47,7 @@ from typing import Any
 import dspy
 
 from tide_dspy.data.records import describe_record_error, instance_from_record
-from tide_dspy.data.set_check import TEXT_FIELD, check_record
+from tide_dspy.data.set_check import TEXT_FIELD, check_workspace
 from tide_dspy.data.workspace_checks import (
     RANGES,
     TextPool,
@@ -456,7 +456,7 @@ def assemble_record(spec: WorkspaceSpec, split: str, drafts: Drafts) -> dict[str
 
 def record_errors(record: dict[str, Any]) -> list[str]:
     """The set checker's findings on one workspace, and the loader's, if any."""
-    errors = check_record(record)
+    errors = check_workspace(record, RANGES)
     try:
         instance_from_record(record, WORKSPACE.name)
     except ValueError as exc:
