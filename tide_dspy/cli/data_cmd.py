@@ -7,7 +7,23 @@ import argparse
 
 from tide_dspy.backbones import add_lm_options
 from tide_dspy.domains import SETTING_NAMES, WORKSPACE
-from tide_dspy.util.argtypes import positive_int
+from tide_dspy.util.argtypes import count, positive_int
+
+GENERATE_DESCRIPTION = """\
+Generate workspaces through PROBE's generation stages (fastino-ai/PROBE_benchmark, data_generation/), one DSPy
+signature each: persona, world model, bottlenecks of distinct kinds, an action library with one solving action
+per problem, the solving action's parameters, per problem an evidence plan, its 2-5 evidence items and a review of
+them, then distractors that reuse the problems' people, projects and ids. Each stage's output is checked and
+sampled again when refused (--max-attempts); a workspace that still fails, or that the set checker refuses, is
+skipped. Every workspace and stage is recorded in <out>.generation.json; --resume generates the workspaces a
+stopped run did not write.
+
+Use a strong model. A small local model (the default `local`, Qwen2.5-Coder 1.5B) writes poor workspaces:
+shallow, repetitive, the problems stated outright in one item, and many stages refused. Use a hosted backbone
+with its key in the environment (--backbone claude-sonnet-4.5 with ANTHROPIC_API_KEY, gpt-5-mini with
+OPENAI_API_KEY, gemini-3.5-flash, ...), or a strong model you serve (--backbone openai-compatible --api-base URL).
+A workspace takes about 50-60 calls.
+"""
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -48,14 +64,25 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        help="the rows' `repo` value that --repo is a clone of (needed when rows span repositories)")
     build.set_defaults(func=run_build_repo)
 
-    gen = sub.add_parser("generate-workspace", help="generate PROBE-style workspaces with an LLM backbone")
+    gen = sub.add_parser(
+        "generate-workspace", help="generate workspaces with an LLM backbone, through PROBE's generation stages",
+        description=GENERATE_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_lm_options(gen)
-    gen.add_argument("--n", type=positive_int, default=1, help="number of workspaces")
-    gen.add_argument("--out", required=True, help="output JSONL, in the shared workspace format")
-    gen.add_argument("--split", default="test", help="split label written on each workspace")
-    gen.add_argument("--seed", type=int, default=0, help="seed for personas and ids")
+    gen.add_argument("--n", type=positive_int, default=1, help="workspaces to generate (numbered 1..N in the run)")
+    gen.add_argument("--out", required=True, help="output JSONL, in the workspace set's layout; its record of "
+                                                  "stages goes beside it, as <name>.generation.json")
+    gen.add_argument("--train", type=count, default=0,
+                     help="how many of the N are the train split (the first ones); the rest are test (default 0)")
+    gen.add_argument("--seed", type=int, default=0,
+                     help="the run's seed: roles, dates, sizes and problem kinds of each workspace")
     gen.add_argument("--max-attempts", type=positive_int, default=3,
-                     help="attempts per step on malformed LM output, the first included")
+                     help="attempts per stage when its output fails a check, the first included")
+    gen.add_argument("--workers", type=positive_int, default=4,
+                     help="LM calls at once within a workspace (problems' evidence, distractor batches); the "
+                          "embedded backbone always takes one")
+    gen.add_argument("--resume", action="store_true",
+                     help="continue the run that wrote --out (same --seed and --train): generate the workspaces "
+                          "it has not written, a skipped one included")
     gen.set_defaults(func=run_generate_workspace)
 
 
@@ -131,10 +158,20 @@ def run_build_repo(args: argparse.Namespace) -> int:
 
 def run_generate_workspace(args: argparse.Namespace) -> int:
     from tide_dspy.backbones import LMOptions, lm_from_options
+    from tide_dspy.backbones.registry import resolve, serializes_calls
     from tide_dspy.data.workspace_generator import generate_workspaces
+    from tide_dspy.util.text import print_line
 
+    if resolve(args.backbone).kind == "local":
+        print(f"warning: --backbone {args.backbone} is a small local model; it writes poor workspaces (see --help)")
     lm = lm_from_options(LMOptions.from_namespace(args))
-    written = generate_workspaces(lm, n=args.n, out=args.out, split=args.split, seed=args.seed,
-                                  max_attempts=args.max_attempts)
-    print(f"wrote {written} workspace(s) to {args.out}")
-    return 0
+    try:
+        report = generate_workspaces(lm, n=args.n, out=args.out, train=args.train, seed=args.seed,
+                                     max_attempts=args.max_attempts, resume=args.resume,
+                                     workers=1 if serializes_calls(lm) else args.workers)
+    except ValueError as exc:
+        print_line(f"error: {exc}")
+        return 2
+    for line in report.summary().splitlines():
+        print_line(line)
+    return 0 if not report.skipped else 1

@@ -2,7 +2,8 @@
 generateContent and DashScope's OpenAI-compatible mode.
 
 A valid request gets a valid answer for the tide-dspy signature its prompt asks for: findings that parse and cite
-the instance's own artifacts (a new one each round), judge scores, templates, scan ratings, or "ok". A request that
+the instance's own artifacts (a new one each round), judge scores, templates, scan ratings, the workspace
+generator's stages (testing/generation_answers.py), or "ok". A request that
 a provider's documentation forbids gets that provider's status code and error body; each rule below names the page
 that documents it. Rate limits, server errors, hangs and prose answers are scripted with `Fault`s. Every request is
 logged (`ProviderSimulator.log`) with the headers it came with, so a test can check where a key went.
@@ -28,6 +29,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from tide_dspy.testing.generation_answers import WRITERS as GENERATION_WRITERS
+from tide_dspy.testing.generation_answers import generation_values
 from tide_dspy.util.tokens import estimate_tokens
 
 PROVIDERS = ("openai", "anthropic", "gemini", "dashscope")
@@ -107,7 +110,7 @@ class Logged:
     path: str
     model: str | None
     status: int
-    kind: str  # findings | judge | template | scan | models | other
+    kind: str  # findings | judge | template | scan | generation | models | other
     error: str | None = None
     structured: bool = False  # a JSON-schema or JSON-object answer was asked for
     headers: dict = field(default_factory=dict)
@@ -484,7 +487,7 @@ def request_kind(fields: list[str]) -> str:
                              ("scan", "suspicion")):
         if field_name in fields:
             return kind
-    return "other"
+    return "generation" if set(fields) & set(GENERATION_WRITERS) else "other"
 
 
 def findings(inputs: dict[str, str]) -> list[dict]:
@@ -522,6 +525,9 @@ def findings(inputs: dict[str, str]) -> list[dict]:
 def answer_values(call: Call) -> dict[str, Any]:
     fields = output_fields(call.system)
     inputs = dict(SECTION.findall("\n\n".join(call.texts)))  # a prompt cut for caching is read whole
+    generated = generation_values(fields, inputs)
+    if generated is not None:
+        return generated
     values: dict[str, Any] = {}
     for name in fields:
         if name == "findings":
