@@ -116,7 +116,7 @@ class AnchorFiles:
     def functions(self, path: str) -> list[Artifact]:
         if path not in self._functions:
             try:
-                self._functions[path] = file_candidates(path, read_source(self.snapshot.tree / path))
+                self._functions[path] = file_candidates(path, read_source(self.snapshot.tree, path))
             except (SyntaxError, ValueError) as exc:
                 logger.warning("%s at %s: does not parse (%s); no functions from it", path, self.anchor[:12], exc)
                 self._functions[path] = []
@@ -271,7 +271,7 @@ class RepoBuilder:
             at_base = {}
             for p in paths:
                 if (base.tree / p).is_file():
-                    at_base.update({f.id: f.payload["code"] for f in file_candidates(p, read_source(base.tree / p))})
+                    at_base.update({f.id: f.payload["code"] for f in file_candidates(p, read_source(base.tree, p))})
         return all(at_base.get(e) == at_anchor[e] for e in evidence)
 
 
