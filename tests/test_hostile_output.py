@@ -217,6 +217,44 @@ def test_model_text_with_terminal_escapes_is_printed_and_written_escaped(repo, t
     assert "\\x1b\\]0;pwned" in md  # shown, not obeyed
 
 
+BIDI_TEXT = "rm \u202egnp.exe\u202c keeps \u2066isolates\u2069 and a C1 \x9b and DEL \x7f"
+
+
+def test_findings_json_and_run_json_hold_no_raw_bidi_or_control_characters(repo, tmp_path):
+    dspy.configure(lm=DummyLM(answers(finding(BIDI_TEXT, ["pkg/mathutil.py::mean"], GOOD_PATCH, why=BIDI_TEXT))))
+    out = tmp_path / "out"
+    assert main(["discover", "repo", str(repo), "--out", str(out), "--backbone", "none-shipped"]) == 0
+    for name in ("findings.json", "run.json"):
+        text = (out / name).read_text()
+        assert not re.search("[\x7f-\x9f\u202a-\u202e\u2066-\u2069]", text), name
+    [row] = json.loads((out / "findings.json").read_text())["findings"]
+    assert row["description"] == BIDI_TEXT  # the same data, escaped
+
+
+def test_report_html_shows_code_spans_as_code(repo, tmp_path):
+    dspy.configure(lm=DummyLM(answers(finding("`mean()` divides by `len(values) - 1`", ["pkg/mathutil.py::mean"],
+                                              GOOD_PATCH, why="see `<b>x</b>`"))))
+    out = tmp_path / "out"
+    assert main(["discover", "repo", str(repo), "--out", str(out), "--backbone", "none-shipped"]) == 0
+    page = (out / "report.html").read_text()
+    assert "<code>mean()</code> divides by <code>len(values) - 1</code>" in page and "`mean()`" not in page
+    assert "<code>&lt;b&gt;x&lt;/b&gt;</code>" in page  # still escaped inside the code span
+
+
+def test_an_empty_report_on_the_embedded_backbone_says_what_it_means(repo, tmp_path, capsys):
+    from tide_dspy.product.report import render_markdown
+
+    lm = DummyLM([{"findings": "[]"}])
+    lm.tide_backbone = "local"  # as get_lm("local") marks it; the embedded engine itself is not needed here
+    result = discover_repository(repo, lm=lm, backbone="none-shipped", progress=lambda line: None)
+    md = render_markdown(result)
+    assert "No findings. The embedded model (Qwen2.5-Coder 1.5B) rarely finds anything" in md
+    assert "--backbone gpt-5-mini" in md and "--backbone openai-compatible --api-base" in md
+    lm2 = DummyLM([{"findings": "[]"}])
+    other = discover_repository(repo, lm=lm2, backbone="none-shipped", progress=lambda line: None)
+    assert "rarely finds" not in render_markdown(other)  # a served or hosted backbone's empty report is just empty
+
+
 def test_a_parse_error_echoing_escapes_is_printed_escaped(repo, tmp_path, capsys):
     dspy.configure(lm=DummyLM([{"findings": f"not json {ESC_TEXT}"}] * 10))
     rc = main(["discover", "repo", str(repo), "--out", str(tmp_path / "out"), "--backbone", "none-shipped"])

@@ -37,6 +37,15 @@ def printable(text, *, keep_newlines: bool = False) -> str:
     return pattern.sub(_escaped, str(text))
 
 
+def json_text(value, **dumps) -> str:
+    """`json.dumps(value, ensure_ascii=False, **dumps)` with every character `printable` escapes written as a JSON
+    escape (`\\u202e`, `\\u009b`): the same data, but no raw bidirectional override or control character in the
+    file (JSON already escapes C0)."""
+    import json
+
+    return _CONTROL.sub(lambda m: f"\\u{ord(m.group()):04x}", json.dumps(value, ensure_ascii=False, **dumps))
+
+
 def terminal_line(text) -> str:
     """One console line: secrets scrubbed (util.secrets.scrub_text), control characters shown escaped."""
     from tide_dspy.util.secrets import scrub_text
