@@ -12,9 +12,11 @@ from __future__ import annotations
 import json
 import re
 
+import dspy
 import pytest
 
 from tide_dspy.backbones import get_lm, resolve
+from tide_dspy.backbones.preflight import PROMPT as PREFLIGHT
 from tide_dspy.cli.main import main
 from tide_dspy.testing.provider_sim import Fault, ProviderSimulator, RateLimit
 
@@ -426,3 +428,22 @@ def test_dashscope_is_sent_its_thinking_switch_off(sim, monkeypatch, tmp_path):
     assert completed(evaluate(sim, monkeypatch, tmp_path, "dashscope", "single", "litellm"))
     bodies = [r.body for r in sim.requests("dashscope") if r.kind != "models"]
     assert bodies and all(b.get("enable_thinking") is False for b in bodies)
+
+
+# ---- the cache knows where a call goes ----
+
+def test_answers_cached_from_one_address_are_not_replayed_for_another(sim, monkeypatch):
+    """A run against the simulator, then the same backbone at another address: the second call reaches it, never
+    the first one's cached answer (DSPy's cache key leaves api_base out; the cache identity puts it back)."""
+    dspy.configure_cache(enable_disk_cache=False, enable_memory_cache=True)
+    first = get_lm("gpt-5-mini", api_base=sim.base_url("openai"), num_retries=0)
+    assert "ok" in first(PREFLIGHT)[0] and len(sim.requests("openai")) == 1
+    assert "ok" in first(PREFLIGHT)[0] and len(sim.requests("openai")) == 1  # the same address: replayed
+    with ProviderSimulator() as other:
+        monkeypatch.setenv("OPENAI_API_KEY", other.keys["openai"])
+        second = get_lm("gpt-5-mini", api_base=other.base_url("openai"), num_retries=0)
+        assert "ok" in second(PREFLIGHT)[0]
+        assert len(other.requests("openai")) == 1 and len(sim.requests("openai")) == 1
+    dead = get_lm("gpt-5-mini", api_base="http://127.0.0.1:9/v1", num_retries=0)  # nothing listens there
+    with pytest.raises(Exception, match="(?i)connect|refused|transport"):
+        dead(PREFLIGHT)

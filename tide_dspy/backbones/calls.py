@@ -124,14 +124,26 @@ class ProviderLM(dspy.LM):
 
     The sampling rules apply at construction, on `copy()` (DSPy's Refine and Optuna's trials copy the LM with a
     temperature) and on each call's own options. On a provider that caches only what it is asked to (Claude), each
-    call's static prefix is marked (backbones.prompt_caching). A served engine's cache identity (its address and the
-    model it serves) is read before the first call, so DSPy's cache never replays another server's answers."""
+    call's static prefix is marked (backbones.prompt_caching). DSPy's cache key leaves the address out (api_base),
+    so each call's key names where it goes: a served engine's cache identity (its address and the model it serves,
+    read before the first call) is its model string; a hosted backbone's (`cache_identity`, its address) rides in
+    the call's `rollout_id`, which DSPy keys on and never sends. Either way, DSPy's cache never replays the answers
+    of another address."""
 
-    def __init__(self, model: str, *, rules: ProviderRules, retry: RetryPolicy | None = None, **kwargs):
+    def __init__(self, model: str, *, rules: ProviderRules, retry: RetryPolicy | None = None,
+                 cache_identity: str | None = None, **kwargs):
         self.tide_rules = rules
         self.retry_policy = retry or RetryPolicy()
+        self.tide_cache_identity = cache_identity
         super().__init__(model, num_retries=0, **rules.sampling(kwargs))
         self._retrier = _Retrier(self.retry_policy, model.split("@")[0])
+
+    def _keyed(self, kwargs: dict) -> dict:
+        """The call's options with the address in its cache key (a rollout id of its own kept after it)."""
+        if self.tide_cache_identity is None:
+            return kwargs
+        rollout = kwargs.get("rollout_id", self.kwargs.get("rollout_id"))
+        return {**kwargs, "rollout_id": self.tide_cache_identity + ("" if rollout is None else f"#{rollout}")}
 
     def _identify(self) -> None:
         identity = getattr(self._engine_spec, "cache_identity", None)
@@ -147,7 +159,7 @@ class ProviderLM(dspy.LM):
         return shaped, kwargs, ((lambda: adapter_message_call(self, shaped)) if adapters else nullcontext)
 
     def __call__(self, prompt=None, *, messages=None, **kwargs):
-        messages, kwargs, context = self._shape(messages, kwargs)
+        messages, kwargs, context = self._shape(messages, self._keyed(kwargs))
 
         def once():
             self._identify()
@@ -157,7 +169,7 @@ class ProviderLM(dspy.LM):
         return self._retrier.run(once)
 
     async def acall(self, prompt=None, *, messages=None, **kwargs):
-        messages, kwargs, context = self._shape(messages, kwargs)
+        messages, kwargs, context = self._shape(messages, self._keyed(kwargs))
 
         async def once():
             await asyncio.to_thread(self._identify)

@@ -35,6 +35,7 @@ from tide_dspy.backbones.providers import (
     rules_for_model,
 )
 from tide_dspy.backbones.served import ServedEngine
+from tide_dspy.util.hashing import short_sha256
 from tide_dspy.util.secrets import scrub_secrets, scrub_text
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -250,8 +251,11 @@ def hosted_lm(backbone: Backbone, *, api_base: str | None, temperature: float | 
         options["api_base"] = api_base
     if timeout is not None:
         options["timeout"] = timeout
+    # DSPy's cache key leaves the address out: the cache identity puts it back, so answers cached from a simulator,
+    # a gateway or another provider address are never replayed for this one.
+    identity = f"{backbone.model}@{short_sha256(address or 'provider-endpoint', length=10)}"
     lm = ProviderLM(backbone.model, rules=backbone.rules, retry=retry, temperature=temperature, max_tokens=max_tokens,
-                    **options)
+                    cache_identity=identity, **options)
     lm.tide_native_client = uses_native_client(lm)  # where prompt-cache marks go (backbones.prompt_caching)
     return lm
 
