@@ -447,3 +447,18 @@ def test_answers_cached_from_one_address_are_not_replayed_for_another(sim, monke
     dead = get_lm("gpt-5-mini", api_base="http://127.0.0.1:9/v1", num_retries=0)  # nothing listens there
     with pytest.raises(Exception, match="(?i)connect|refused|transport"):
         dead(PREFLIGHT)
+
+
+def test_check_gives_up_on_an_address_that_does_not_resolve_and_says_what_to_check(sim, capsys, caplog):
+    assert main(["check", "gpt-5-mini", "--api-base", "http://tide-no-such-host.invalid/v1", "--num-retries", "3"]) == 1
+    err = capsys.readouterr().err
+    assert "its host name does not resolve" in err and "online and its DNS works" in err and "--api-base" in err
+    assert not [r for r in caplog.records if "retry 1 of" in r.getMessage()]  # given up at once
+
+
+def test_check_local_speaks_of_the_embedded_engine_not_litellm_or_prices():
+    from tide_dspy.backbones.preflight import _describe
+
+    text = "\n".join(_describe(get_lm("local")).lines())
+    assert "LiteLLM" not in text and "price entry" not in text and "provider" not in text
+    assert "tide-dspy's embedded llama.cpp engine" in text and "free: it runs on this machine" in text

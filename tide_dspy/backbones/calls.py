@@ -3,9 +3,9 @@
 Every call of a hosted or served backbone passes here, whoever makes it (rounds, Multi's samples, judges, DSPy's
 Refine in distillation, Optuna's trials): its sampling parameters are shaped by the backbone's `ProviderRules`, and
 a call that failed for a transient reason (a 429, a timeout, a 5xx, a dropped connection) is retried under one
-`RetryPolicy`. DSPy's own retry loop is off (`num_retries=0`), so the wait is this module's alone: the provider's
-Retry-After when it sends one (seconds or an HTTP date, read by DSPy's clients), else an exponential backoff with
-jitter that outlasts a per-minute rate limit.
+`RetryPolicy`; a host name that does not resolve ends the call at once. DSPy's own retry loop is off
+(`num_retries=0`), so the wait is this module's alone: the provider's Retry-After when it sends one (seconds or an
+HTTP date, read by DSPy's clients), else an exponential backoff with jitter that outlasts a per-minute rate limit.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -66,6 +67,18 @@ def _retry_after(exc: BaseException) -> float | None:
     return float(value) if isinstance(value, (int, float)) and value >= 0 else None
 
 
+def unresolvable(exc: BaseException) -> bool:
+    """True when `exc` comes of a host name that did not resolve (a socket.gaierror in its chain): no network, or a
+    mistyped address. No wait changes that, so such a call is not retried."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, socket.gaierror):
+            return True
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
 def _why(exc: BaseException) -> str:
     status = getattr(exc, "status", None)
     return f"{type(exc).__name__}{f' (HTTP {status})' if status else ''}"
@@ -81,7 +94,7 @@ class _Retrier:
 
     def wait_for(self, exc: BaseException, attempt: int) -> float | None:
         """Seconds to wait before the next attempt, or None when `exc` ends the call."""
-        if attempt >= self.policy.num_retries or not is_retryable_lm_error(exc):
+        if attempt >= self.policy.num_retries or not is_retryable_lm_error(exc) or unresolvable(exc):
             return None
         hint = _retry_after(exc)
         if hint is not None and hint > self.policy.longest_wait:
