@@ -11,6 +11,12 @@ from __future__ import annotations
 
 import json
 import re
+import signal
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from pathlib import Path
 
 import dspy
 import pytest
@@ -462,3 +468,31 @@ def test_check_local_speaks_of_the_embedded_engine_not_litellm_or_prices():
     text = "\n".join(_describe(get_lm("local")).lines())
     assert "LiteLLM" not in text and "price entry" not in text and "provider" not in text
     assert "tide-dspy's embedded llama.cpp engine" in text and "free: it runs on this machine" in text
+
+
+@pytest.mark.parametrize("command,expected", [
+    ([sys.executable, "-m", "tide_dspy.testing.provider_sim", "--port", "0"],
+     ["--backbone gpt-5-mini: --api-base http://127.0.0.1:", "OPENAI_API_KEY=sim-openai-key",
+      "models: openai/gpt-5-mini", "--judge-api-base", "tide check gpt-5-mini"]),
+    ([sys.executable, "experiments/stub_server.py", "--port", "0"],
+     ["--backbone openai-compatible --api-base http://127.0.0.1:", "key variable: TIDE_API_KEY",
+      "model: stub-model"]),
+], ids=["provider_sim", "stub_server"])
+def test_the_simulator_and_the_stub_start_from_a_shell_and_say_how_to_use_them(command, expected):
+    proc = subprocess.Popen(command, cwd=Path(__file__).resolve().parents[1], stdout=subprocess.PIPE, text=True)
+    try:
+        lines = []
+        for line in proc.stdout:
+            lines.append(line)
+            if line.startswith("Ctrl-C stops it."):
+                break
+        printed = "".join(lines)
+        assert all(e in printed for e in expected), printed
+        base = re.search(r"--api-base (http://127\.0\.0\.1:\d+/\S+)", printed).group(1)
+        with urllib.request.urlopen(base + "/models", timeout=10) as answer:  # it serves at the address it names
+            assert answer.status in (200, 401)
+    except urllib.error.HTTPError as exc:
+        assert exc.code == 401  # the simulator wants its key
+    finally:
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=10) == 0
