@@ -186,13 +186,13 @@ class DiscoveryProgram(dspy.Module):
         """The rendered templates the scan rates each artifact against (the scan's own, else the program's)."""
         return render_templates(self.scan_templates or self.templates)
 
-    def ranking(self, instance: Instance, on_scan=None) -> tuple[Ranking | None, ScanRecord | None]:
+    def ranking(self, instance: Instance, on_scan=None, on_progress=None) -> tuple[Ranking | None, ScanRecord | None]:
         """The scan's ranking of the instance's artifacts (None, None without scan); `on_scan(record)` hears of it
-        before any round runs."""
+        before any round runs, `on_progress(line)` how far the scan is as it goes."""
         if self.scanner is None:
             return None, None
         ranking, record = scan_and_rank(self.scanner, instance, self.view(instance), self.scan_guidance(),
-                                        self.context_order_seed, self.focus_size)
+                                        self.context_order_seed, self.focus_size, on_progress)
         if on_scan:
             on_scan(record)
         return ranking, record
@@ -279,8 +279,8 @@ class TIDE(DiscoveryProgram):
     guidance="templates" is TIDE; "none" is the Iter-only ablation; "demos" is Iter + Demos.
     """
 
-    def forward(self, case: Instance, on_round=None, on_scan=None) -> dspy.Prediction:
-        ranking, scan = self.ranking(case, on_scan)
+    def forward(self, case: Instance, on_round=None, on_scan=None, on_progress=None) -> dspy.Prediction:
+        ranking, scan = self.ranking(case, on_scan, on_progress)
         state, rounds = DiscoveryState(), []
         for t in range(1, self.max_rounds + 1):
             # After a failed round the state is unchanged, so the plain call would resend the failed prompt and
@@ -304,8 +304,8 @@ class SingleAgent(DiscoveryProgram):
         kwargs.setdefault("per_round", max_findings)
         super().__init__(setting, **kwargs)
 
-    def forward(self, case: Instance, on_round=None, on_scan=None) -> dspy.Prediction:
-        ranking, scan = self.ranking(case, on_scan)
+    def forward(self, case: Instance, on_round=None, on_scan=None, on_progress=None) -> dspy.Prediction:
+        ranking, scan = self.ranking(case, on_scan, on_progress)
         state, record = self.run_round(case, DiscoveryState(), 1, self.per_round, focus=self.focus(ranking, []))
         if on_round:
             on_round(record)
@@ -326,8 +326,8 @@ class MultiAgent(DiscoveryProgram):
     def config(self) -> dict:
         return {**super().config(), "temperature": self.temperature}
 
-    def forward(self, case: Instance, on_round=None, on_scan=None) -> dspy.Prediction:
-        ranking, scan = self.ranking(case, on_scan)
+    def forward(self, case: Instance, on_round=None, on_scan=None, on_progress=None) -> dspy.Prediction:
+        ranking, scan = self.ranking(case, on_scan, on_progress)
         pooled, rounds = DiscoveryState(), []
         for t in range(1, self.max_rounds + 1):
             # Every call starts from the empty state; only the pooling sees earlier calls.

@@ -145,7 +145,8 @@ def discover_in_windows(program: DiscoveryProgram, instance: Instance, parts: li
 
         with lm_context(lm):
             prediction = program(case=window_instance, on_round=on_round,
-                                 **({"on_scan": on_scan} if program.scanner is not None else {}))
+                                 **({"on_scan": on_scan, "on_progress": progress} if program.scanner is not None
+                                    else {}))
         state, _, _ = state.extend(list(prediction.findings), program.dedup_threshold)
     return list(state.findings), rounds, scans
 

@@ -53,6 +53,14 @@ def terminal_line(text) -> str:
     return printable(scrub_text(str(text)))
 
 
+def rate_line(done: int, total: int, seconds: float, unit: str) -> str:
+    """`5/15 artifacts, 0.21/s, ETA 48 s`: how far a long step is, how fast it goes and when it will end (the ETA
+    from the rate so far)."""
+    rate = done / seconds if seconds > 0 else 0.0
+    eta = f", ETA {(total - done) / rate:.0f} s" if rate > 0 and done < total else ""
+    return f"{done}/{total} {unit}, {rate:.2f}/s{eta}"
+
+
 def print_line(text, file=None) -> None:
     """Print `terminal_line(text)`, flushed: the progress printer of the CLI."""
     print(terminal_line(text), file=file if file is not None else sys.stdout, flush=True)
