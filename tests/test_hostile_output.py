@@ -255,6 +255,13 @@ def test_an_empty_report_on_the_embedded_backbone_says_what_it_means(repo, tmp_p
     assert "rarely finds" not in render_markdown(other)  # a served or hosted backbone's empty report is just empty
 
 
+def test_an_evaluation_that_scores_no_instance_exits_non_zero_naming_the_flag(tmp_path, capsys):
+    dspy.configure(lm=unparseable_lm())
+    rc = main(evaluate_args(tmp_path / "out", "--context-window", "300"))  # every instance is over it
+    err = capsys.readouterr().err
+    assert rc == 3 and "no instance was scored" in err and "--max-context-tokens N" in err, err
+
+
 def test_a_parse_error_echoing_escapes_is_printed_escaped(repo, tmp_path, capsys):
     dspy.configure(lm=DummyLM([{"findings": f"not json {ESC_TEXT}"}] * 10))
     rc = main(["discover", "repo", str(repo), "--out", str(tmp_path / "out"), "--backbone", "none-shipped"])

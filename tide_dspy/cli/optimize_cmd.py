@@ -259,10 +259,31 @@ def run_evaluate(args: argparse.Namespace) -> int:
     print(f"{r.seconds}s; results -> {r.results_path}")
     if (r.result.budget or {}).get("stopped"):
         return STOPPED_AT_BUDGET
-    return every_instance_failed(r.result)
+    return nothing_scored(r.result) or every_instance_failed(r.result)
 
 
 STOPPED_AT_BUDGET = 4  # exit status of an evaluation that --max-cost stopped before every instance ran
+
+
+def nothing_scored(result) -> int:
+    """ALL_ROUNDS_FAILED with a line naming the flag that fixes it when every selected instance was left out as over
+    the backbone's window, so the table scores none; else 0."""
+    import re
+
+    from tide_dspy.cli.discover_cmd import ALL_ROUNDS_FAILED
+    from tide_dspy.util.text import print_line
+
+    if result.n_instances or not result.n_skipped:
+        return 0
+    windows = [int(m.group(1).replace(",", "")) for why in result.skipped.values()
+               for m in [re.search(r"over the ([\d,]+)-token window", why)] if m]
+    example = f" (e.g. --max-context-tokens {min(windows) // 2})" if windows else ""
+    print_line(f"tide: error: no instance was scored: the {result.n_skipped} selected were all over the backbone's "
+               f"window (the table above lists why). Pass --max-context-tokens N to select the instances whose "
+               f"context fits N tokens, smallest first{example}, instead of --limit or --ids alone (or a smaller "
+               "--max-tokens, where the output asked for takes most of the window; or a backbone with a larger one)",
+               file=sys.stderr)
+    return ALL_ROUNDS_FAILED
 
 
 def every_instance_failed(result) -> int:
