@@ -59,12 +59,14 @@ def load_with_report(path: str | Path, setting: str | None = None, split: str | 
     in which case each is logged as a warning and listed in `skipped`.
 
     `setting` (workspace|repository) forces the format; by default each record's setting is detected and a
-    file may not mix settings. `split` keeps only instances of that split.
+    file may not mix settings. `split` keeps only instances of that split; a split no record has is an error that
+    names the splits there are.
     """
     if setting is not None and setting not in SETTING_NAMES:
         raise ValueError(f"setting={setting!r}: use one of {', '.join(SETTING_NAMES)}")
     result = LoadResult()
     seen: dict[str, tuple[Path, int]] = {}
+    splits: set[str] = set()
     for file in jsonl_files(path):
         for line_no, text in jsonl_lines(file, cache_dir):
             if isinstance(text, str) and not text.strip():
@@ -87,8 +89,12 @@ def load_with_report(path: str | Path, setting: str | None = None, split: str | 
                 result.skipped.append(error)
                 continue
             seen[instance.instance_id] = (file, line_no)
+            splits.add(instance.split)
             if split is None or instance.split == split:
                 result.instances.append(instance)
+    if split is not None and splits and split not in splits:
+        raise ValueError(f"split={split!r}: no instance of {path} is in it; its splits are "
+                         f"{', '.join(sorted(map(str, splits)))} (--split)")
     if result.skipped:
         logger.warning("skipped %d invalid record(s) of %s", len(result.skipped), path)
     return result
