@@ -496,3 +496,23 @@ def test_the_simulator_and_the_stub_start_from_a_shell_and_say_how_to_use_them(c
     finally:
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=10) == 0
+
+
+def test_the_readme_python_snippet_runs_from_any_folder_and_warns_before_a_hosted_scan(sim, monkeypatch, tmp_path,
+                                                                                      caplog):
+    import tide_dspy
+
+    monkeypatch.chdir(tmp_path)  # nothing of the checkout here
+    monkeypatch.setenv("TIDE_DATA", str(Path(__file__).parent / "fixtures" / "instances"))
+    instance = tide_dspy.load_instances(tide_dspy.data_path("repository"), split="test")[0]
+    lm = tide_dspy.get_lm("gpt-5-mini", api_base=sim.base_url("openai"))
+    program = tide_dspy.shipped_program("repository", lm)
+    assert "no compiled program or template library is shipped for backbone 'gpt-5-mini'" in program.tide_source
+    compiled = tide_dspy.shipped_program("repository", "local")  # the 1.5B's compiled program scans first
+    assert compiled.tide_source.startswith("shipped program") and compiled.scanner is not None
+    compiled.max_rounds = 1
+    with dspy.context(lm=lm):
+        prediction = compiled(instance)
+    [warning] = [r.getMessage() for r in caplog.records if "scans first" in r.getMessage()]
+    assert f"{len(instance.artifacts)} call(s) on gpt-5-mini" in warning and "--no-scan" in warning
+    assert len(sim.requests("openai", "scan")) == len(instance.artifacts) and prediction.rounds

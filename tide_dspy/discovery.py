@@ -191,6 +191,7 @@ class DiscoveryProgram(dspy.Module):
         before any round runs, `on_progress(line)` how far the scan is as it goes."""
         if self.scanner is None:
             return None, None
+        warn_hosted_scan(self.scanner.rate.lm or dspy.settings.lm, len(instance.artifacts))
         ranking, record = scan_and_rank(self.scanner, instance, self.view(instance), self.scan_guidance(),
                                         self.context_order_seed, self.focus_size, on_progress)
         if on_scan:
@@ -271,6 +272,19 @@ class DiscoveryProgram(dspy.Module):
             seconds=round(time.perf_counter() - t0, 3),
         )
         return next_state, record
+
+
+HOSTED_SCAN = ("this program scans first: %d call(s) on %s, one per artifact, before its rounds. The shipped scan "
+               "was measured on the embedded model; on a hosted backbone it costs a call per artifact. To run the "
+               "rounds alone: --no-scan, or program.scanner = None from Python")
+
+
+def warn_hosted_scan(lm, artifacts: int) -> None:
+    """Say, before a scan starts, what it costs on a hosted backbone (one call per artifact): a program compiled
+    with a scan for the embedded model, run on a paid one, would otherwise make them without a word."""
+    rules = rules_of(lm)
+    if rules.provider not in ("local", "openai-compatible"):
+        log.warning(HOSTED_SCAN, artifacts, getattr(lm, "tide_backbone", None) or getattr(lm, "model", "the LM"))
 
 
 class TIDE(DiscoveryProgram):
