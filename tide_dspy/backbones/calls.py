@@ -92,6 +92,11 @@ class _Retrier:
         self.rng = random.Random()
         self.lock = threading.Lock()
 
+    def __deepcopy__(self, memo) -> _Retrier:
+        """A deep copy of the LM (DSPy copies modules, and the LM a predictor holds, with copy.deepcopy) shares
+        this retrier, as its copy() does: one policy, one jitter source, and no lock to copy."""
+        return self
+
     def wait_for(self, exc: BaseException, attempt: int) -> float | None:
         """Seconds to wait before the next attempt, or None when `exc` ends the call."""
         if attempt >= self.policy.num_retries or not is_retryable_lm_error(exc) or unresolvable(exc):
