@@ -516,3 +516,14 @@ def test_the_readme_python_snippet_runs_from_any_folder_and_warns_before_a_hoste
     [warning] = [r.getMessage() for r in caplog.records if "scans first" in r.getMessage()]
     assert f"{len(instance.artifacts)} call(s) on gpt-5-mini" in warning and "--no-scan" in warning
     assert len(sim.requests("openai", "scan")) == len(instance.artifacts) and prediction.rounds
+
+
+@pytest.mark.parametrize("backbone", ["gpt-5-mini", "openai-compatible"])
+def test_a_module_holding_a_provider_lm_deep_copies_without_a_warning(sim, caplog, backbone):
+    from tide_dspy.metrics.judges import LLMJudge
+
+    lm = get_lm(backbone, api_base=sim.base_url("openai"))
+    judge = LLMJudge(lm)
+    copied = judge.deepcopy()  # what DSPy's Refine and the optimizers do to a module
+    assert copied.lm is not lm and copied.lm.model == lm.model
+    assert not [r for r in caplog.records if "Failed to deep copy" in r.getMessage()]

@@ -23,6 +23,7 @@ from dspy.clients.base_lm import LM_CLASS_STATE_KEY
 
 from tide_dspy.backbones.calls import ProviderLM, RetryPolicy
 from tide_dspy.backbones.llamacpp import DEFAULT_MAX_TOKENS, DEFAULT_N_CTX, LlamaCppEngine
+from tide_dspy.backbones.options import DEFAULT_BACKBONE
 from tide_dspy.backbones.providers import (
     ANTHROPIC_SONNET_45,
     DASHSCOPE_QWEN_36_FLASH,
@@ -81,7 +82,6 @@ KEY_ENV = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY", "gemini
 BASE_ENV = {"openai": ("OPENAI_API_BASE", "OPENAI_BASE_URL"), "anthropic": ("ANTHROPIC_API_BASE", "ANTHROPIC_BASE_URL"),
             "gemini": ("GEMINI_API_BASE", "GEMINI_BASE_URL"), "dashscope": ("DASHSCOPE_API_BASE", "DASHSCOPE_BASE_URL")}
 
-DEFAULT_BACKBONE = "local"
 
 
 def _env(name: str, cast):

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from tide_dspy.backbones import add_lm_options
-from tide_dspy.domains import SETTING_NAMES
+from tide_dspy.backbones.options import add_lm_options
+from tide_dspy.cli.common import setting_name
 from tide_dspy.util.argtypes import positive_int
 
 
@@ -15,8 +15,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     stats = sub.add_parser("stats", help="instances, problems, artifacts and evidence by split")
     stats.add_argument("path", help="a JSONL file or a folder of JSONL files")
-    stats.add_argument("--setting", choices=SETTING_NAMES, default=None,
-                       help="force the format (default: detected from the records)")
+    stats.add_argument("--setting", type=setting_name, metavar="SETTING", default=None,
+                       help="force the format, workspace or repository (default: detected from the records)")
     stats.add_argument("--split", default=None, help="only this split (train, test, ...)")
     stats.add_argument("--skip-invalid", action="store_true", help="skip invalid records, and list them")
     stats.set_defaults(func=run_stats)

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
 
-from tide_dspy import workflows
-from tide_dspy.backbones import LMOptions, lm_from_options
+from tide_dspy.backbones.options import LMOptions, lm_from_options
 from tide_dspy.budget import Limits, add_cost_options, add_max_cost_option
 from tide_dspy.cli.common import (
     add_data_options,
@@ -24,10 +24,11 @@ from tide_dspy.cli.common import (
     command_line,
     sandbox_options,
 )
-from tide_dspy.data.selection import Selection
-from tide_dspy.domains import get_setting
-from tide_dspy.evaluation import format_table
 from tide_dspy.util.argtypes import count, percentage, positive_float, positive_int
+
+if TYPE_CHECKING:
+    from tide_dspy import workflows
+    from tide_dspy.data.selection import Selection
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -133,6 +134,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 # ---- options -> library calls ----
 
 def _selection(args: argparse.Namespace) -> Selection:
+    from tide_dspy.data.selection import Selection
+    from tide_dspy.domains import get_setting
+
     ids = [i.strip() for i in args.ids.split(",") if i.strip()] if args.ids else None
     setting = get_setting(args.setting) if args.setting else None  # the one lookup of --setting
     return Selection(setting=setting, split=args.split, data=args.data, ids=ids,
@@ -142,6 +146,8 @@ def _selection(args: argparse.Namespace) -> Selection:
 def _common(args: argparse.Namespace) -> dict:
     """The options every step takes: its instances, its LM (made once the inputs check out), where it writes and
     how it is tracked."""
+    from tide_dspy import workflows
+
     options = LMOptions.from_namespace(args)
     return dict(
         lm=lambda: lm_from_options(options),
@@ -165,6 +171,8 @@ def print_estimate(estimate) -> int:
 
 
 def _shape(args: argparse.Namespace) -> workflows.ProgramShape:
+    from tide_dspy import workflows
+
     return workflows.ProgramShape(rounds=args.rounds, per_round=args.per_round, max_evidence=args.max_evidence,
                                   shuffle_context=args.shuffle_context, scan=args.scan)
 
@@ -172,6 +180,8 @@ def _shape(args: argparse.Namespace) -> workflows.ProgramShape:
 # ---- commands ----
 
 def run_distill(args: argparse.Namespace) -> int:
+    from tide_dspy import workflows
+
     r = workflows.distill(_selection(args), max_cases=args.max_cases, max_attempts=args.max_attempts,
                           merge_threshold=args.merge_threshold, max_templates=args.max_templates, **_common(args))
     print(f"{r.templates} templates from {r.cases} solved cases: {r.passed} passed the abstraction "
@@ -186,6 +196,8 @@ def run_distill(args: argparse.Namespace) -> int:
 
 
 def run_compile(args: argparse.Namespace) -> int:
+    from tide_dspy import workflows
+    from tide_dspy.evaluation import format_table
     from tide_dspy.optimize import SCAN_RECALL
     from tide_dspy.trials import Budget
 
@@ -222,6 +234,8 @@ def run_compile(args: argparse.Namespace) -> int:
 
 
 def run_tune(args: argparse.Namespace) -> int:
+    from tide_dspy import workflows
+
     if args.dry_run:
         return print_estimate(workflows.estimate_tune(
             _selection(args), trials=args.trials, templates=args.templates, program=args.program,
@@ -241,6 +255,9 @@ def run_tune(args: argparse.Namespace) -> int:
 
 
 def run_evaluate(args: argparse.Namespace) -> int:
+    from tide_dspy import workflows
+    from tide_dspy.evaluation import format_table
+
     if args.dry_run:
         return print_estimate(workflows.estimate_split(
             _selection(args), program=args.program, method=args.method, shape=_shape(args), templates=args.templates,
