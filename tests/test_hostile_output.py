@@ -402,6 +402,30 @@ def test_an_unusable_mlflow_store_gives_one_line_with_the_no_track_hint(tmp_path
     assert rc == 2 and len(err) == 1 and "--no-track" in err[0] and "MLflow store" in err[0]
 
 
+def test_a_store_that_fails_at_the_end_keeps_the_table_and_says_one_line(tmp_path, monkeypatch, capfd, caplog):
+    import sqlite3
+
+    from tide_dspy import tracking
+
+    def locked(self):  # what MLflow's SQL store does on a locked database: log the traceback, then raise
+        try:
+            raise sqlite3.OperationalError("database is locked")
+        except sqlite3.OperationalError:
+            logging.getLogger("mlflow.store.db.utils").error("SQLAlchemy database error.", exc_info=True)
+            raise
+
+    monkeypatch.setattr(tracking.Record, "log", locked)
+    dspy.configure(lm=DummyLM([{"findings": "[]"}] * 10))
+    args = evaluate_args(tmp_path / "run")[:-1]  # tracked
+    rc = main([*args, "--tracking-uri", f"sqlite:///{tmp_path / 'mlflow.db'}"])
+    out, err = capfd.readouterr()
+    assert rc == 0 and "| retrieval |" in out and "1 instances" in out  # the table is printed
+    logged = err + caplog.text
+    assert "Traceback" not in logged and "SQLAlchemy database error" not in logged
+    [line] = [r.getMessage() for r in caplog.records if "database is locked" in r.getMessage()]
+    assert "--no-track" in line and "its metrics are not in MLflow" in line
+
+
 def _flags_of(parser: argparse.ArgumentParser, *path: str) -> set[str]:
     for name in path:
         sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
