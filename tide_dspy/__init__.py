@@ -1,9 +1,9 @@
 """tide-dspy: template-guided iterative discovery of hidden problems, as a DSPy program.
 
     import dspy, tide_dspy
-    instance = tide_dspy.load_instances(tide_dspy.data_path("repository"), split="test")[0]   # $TIDE_DATA
+    instance = tide_dspy.load_instances(tide_dspy.data_path('repository'), split="test")[0]   # $TIDE_DATA
     lm = tide_dspy.get_lm("local")
-    program = tide_dspy.shipped_program("repository", lm)   # or tide_dspy.load_program(path or models:/ URI)
+    program = tide_dspy.shipped_program('repository', lm)   # or tide_dspy.load_program(path or models:/ URI)
     with dspy.context(lm=lm):
         prediction = program(instance)   # Prediction(findings, rounds)
 
