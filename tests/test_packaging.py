@@ -25,3 +25,10 @@ def test_the_shipped_folders_map_to_the_top_level_programs_and_optimizers():
     shipped = [p for p in (ROOT / "programs").rglob("*") if p.is_file()]
     assert {p.suffix for p in shipped} <= {".json", ".jsonl"}
     assert {p.suffix for p in (ROOT / "optimizers").iterdir()} == {".yaml"}
+
+
+def test_requires_python_is_the_first_version_with_the_tarfile_filter_we_use():
+    """GitClone.snapshot extracts `git archive` with tarfile's filter="data", which 3.11.0-3.11.3 do not have."""
+    source = (ROOT / "tide_dspy" / "data" / "git_tools.py").read_text()
+    assert 'filter="data"' in source
+    assert pyproject()["project"]["requires-python"] == ">=3.11.4"
