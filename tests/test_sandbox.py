@@ -37,6 +37,7 @@ from tide_dspy.sandbox import (
     sandbox_unavailable,
 )
 from tide_dspy.util.git import head_sha
+from tide_dspy.util.safe_write import remove_tree
 
 FIXTURE = Path(__file__).parent / "fixtures" / "verify_repo"
 PYTEST = f"{sys.executable} -m pytest -q -p no:cacheprovider"
@@ -678,17 +679,20 @@ def test_cleanup_survives_a_tree_thousands_of_folders_deep(tmp_path):
     snap = Snapshot(tmp_path / "snap")
     (snap.root / "tree").mkdir(parents=True)
     fd = os.open(snap.tree, os.O_RDONLY)
-    for _ in range(5000):  # deeper than any path the kernel takes whole, and than Python's recursion limit
-        os.mkdir("d", dir_fd=fd)
-        inner = os.open("d", os.O_RDONLY, dir_fd=fd)
+    try:
+        for _ in range(5000):  # deeper than any path the kernel takes whole, and than Python's recursion limit
+            os.mkdir("d", dir_fd=fd)
+            inner = os.open("d", os.O_RDONLY, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+        os.symlink(str(tmp_path / "outside"), "link", dir_fd=fd)
+        (tmp_path / "outside").mkdir()
+        (tmp_path / "outside" / "kept").write_text("not removed through a link")
         os.close(fd)
-        fd = inner
-    os.symlink(str(tmp_path / "outside"), "link", dir_fd=fd)
-    (tmp_path / "outside").mkdir()
-    (tmp_path / "outside" / "kept").write_text("not removed through a link")
-    os.close(fd)
-    snap.close()
-    assert not snap.root.exists() and (tmp_path / "outside" / "kept").exists()
+        snap.close()
+        assert not snap.root.exists() and (tmp_path / "outside" / "kept").exists()
+    finally:  # pytest's own cleanup of old temporary folders recurses: never leave the chain to it
+        remove_tree(snap.root)
 
 
 @needs_bwrap
