@@ -20,6 +20,7 @@ import dspy
 import pytest
 from dspy.utils.dummies import DummyLM
 
+from tide_dspy import sandbox as sandbox_module
 from tide_dspy.cli.main import main
 from tide_dspy.data.git_tools import GitClone, Snapshot
 from tide_dspy.product import discover_repository
@@ -738,3 +739,30 @@ def test_a_fifo_in_place_of_the_junit_file_does_not_hang_the_run(repo, tmp_path)
     assert runs, "the run hung on the FIFO"
     [run] = runs
     assert not run.timed_out and run.outcomes == {} and run.returncode == 1
+
+
+def test_only_tide_dspys_own_pth_files_are_read_and_never_for_the_home_folder(repo, home, tmp_path, monkeypatch):
+    site = tmp_path / "env" / "lib" / "python3.11" / "site-packages"
+    site.mkdir(parents=True)
+    shared = tmp_path / "shared-packages"
+    shared.mkdir()
+    (home / "dev").mkdir()
+    (site / "extra.pth").write_text(f"{shared}\nimport os; os.system('echo never run')\n{home / 'dev'}\n")
+    monkeypatch.setattr(sandbox_module, "tide_environment", lambda: [tmp_path / "env", site])
+    shown = sandbox_module.readable_paths([sys.executable], repo, {"PATH": os.defpath})
+    assert shared in shown  # a shared folder of packages, named by the environment tide-dspy runs in
+    assert not any(p == home / "dev" or home in p.parents for p in shown)
+
+
+def test_a_path_this_user_may_not_enter_is_left_out_without_a_traceback(repo, tmp_path, monkeypatch):
+    locked = tmp_path / "locked" / "inner"
+    real_exists = Path.exists
+
+    def exists(self):
+        if self == locked:
+            raise PermissionError(13, "Permission denied", str(self))
+        return real_exists(self)
+
+    monkeypatch.setattr(Path, "exists", exists)
+    shown = sandbox_module.readable_paths([sys.executable], repo, {"PATH": os.defpath, "PYTHONPATH": str(locked)})
+    assert locked not in shown

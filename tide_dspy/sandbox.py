@@ -7,10 +7,11 @@ that code, and the test files themselves. `run_tests` starts it under bubblewrap
   sees no other process, `/proc/<pid>/environ` of tide-dspy included, and every process it starts dies with it;
   no new user namespaces either (a seccomp filter, and bwrap's `--disable-userns` where it has a user namespace);
 - a read-only view of the operating system (`/usr`, `/etc`, `/bin`, `/lib*`) and of the Python environment that
-  runs tide-dspy (its prefixes, standard library and site-packages: `readable_paths`), and nothing else of the
-  machine: no home folder, no checkout, no `.git`. Nothing the tree ships decides what is mounted: no `.pth`
-  file, `pyvenv.cfg` or link inside it is read for that. A venv inside the tree is part of the tree: it is
-  visible, read-only, at its own place in the copy, and nothing it names is mounted;
+  runs tide-dspy (its prefixes, standard library and site-packages, and what their .pth files add outside the home
+  folder: `readable_paths`), and nothing else of the machine: no home folder, no checkout, no `.git`. Nothing the
+  tree ships decides what is mounted: no `.pth` file, `pyvenv.cfg` or link inside it is read for that. A venv
+  inside the tree is part of the tree: it is visible, read-only, at its own place in the copy, and nothing it
+  names is mounted;
 - the copy of the tree in a size-capped in-memory filesystem at the tree's own path (so that an editable install
   or an absolute `PYTHONPATH` entry that names the tree finds the copy), filled from a read-only view of the
   prepared copy when the run starts, so that nothing the tests write reaches the disk; a private, size-capped
@@ -271,6 +272,25 @@ def tide_environment() -> list[Path]:
     return [Path(p) for p in dict.fromkeys(p for p in paths if p)]
 
 
+def _pth_folders(site_dir: Path) -> list[Path]:
+    """The folders that the .pth files of one of tide-dspy's own site-packages add to sys.path (an editable
+    install, a shared folder of packages), read as text: their `import` lines are never run. Only tide-dspy's
+    environment is read this way, never a folder of the tree."""
+    found = []
+    try:
+        files = sorted(p for p in site_dir.iterdir() if p.suffix == ".pth")
+    except OSError:
+        return []
+    for pth in files:
+        try:
+            lines = pth.read_text(errors="replace").splitlines()
+        except OSError:
+            continue
+        found += [site_dir / line.strip() for line in lines
+                  if line.strip() and not line.startswith(("#", "import ", "import\t"))]
+    return found
+
+
 def _first_line(exe: Path) -> bytes:
     """The first line of a file, read without blocking and only from a regular file."""
     try:
@@ -341,8 +361,12 @@ def readable_paths(argv: list[str], root: Path, env: dict[str, str], extra: tupl
     or a folder above it, and nothing in the home folder but tide-dspy's environment and `extra`: those would
     show the checkout's `.git` or the user's keys."""
     path = env.get("PATH", os.defpath)
-    trusted = [*tide_environment(), *(Path(p) for p in extra)]
-    wanted: list[Path] = []
+    own = tide_environment()
+    trusted = [*own, *(Path(p) for p in extra)]
+    # What tide-dspy's own site-packages add through .pth files: the user's environment, never the tree's (a
+    # site-packages inside the tree is the tree's venv, not read), and like any other path never the home folder.
+    wanted: list[Path] = [f for site in own if site.name == "site-packages" and not _inside(site, root)
+                          for f in _pth_folders(site)]
     for name in (argv[0], "python3", "python"):
         exe = find_executable(name, root, path)
         if exe is None or _inside(Path(os.path.normpath(exe.absolute())), root):
@@ -365,11 +389,14 @@ def visible(wanted: list[Path], trusted: list[Path], root: Path) -> list[Path]:
     trusted_set = {Path(os.path.normpath(p.absolute())) for p in trusted}
     keep: list[Path] = []
     for p in sorted({Path(os.path.normpath(p.absolute())) for p in [*wanted, *trusted]}, key=lambda p: len(p.parts)):
-        real = p.resolve()  # bwrap follows links: what a path shows is its target
+        try:
+            real, exists = p.resolve(), p.exists()  # bwrap follows links: what a path shows is its target
+        except OSError:  # a folder this user may not enter (Path.exists raises PermissionError there)
+            continue
         shows = (p, real)
         hidden = (any(_inside(root, q) or _inside(q, root) or _inside(home, q) for q in shows)
                   or (p not in trusted_set and any(_inside(q, home) for q in shows))
-                  or _system(p) or not p.exists() or any(_inside(p, k) for k in keep))
+                  or _system(p) or not exists or any(_inside(p, k) for k in keep))
         if not hidden:
             keep.append(p)
     return keep
