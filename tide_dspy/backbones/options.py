@@ -7,12 +7,11 @@ import argparse
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING
 
+from tide_dspy.backbones.providers import DEFAULT_BACKBONE
 from tide_dspy.util.argtypes import count, non_negative_float, positive_float, positive_int
 
 if TYPE_CHECKING:
     import dspy
-
-DEFAULT_BACKBONE = "local"  # the embedded Qwen2.5-Coder 1.5B (backbones.registry)
 
 
 def add_lm_options(parser: argparse.ArgumentParser, *, with_backbone: bool = True) -> None:

@@ -23,10 +23,10 @@ from dspy.clients.base_lm import LM_CLASS_STATE_KEY
 
 from tide_dspy.backbones.calls import ProviderLM, RetryPolicy
 from tide_dspy.backbones.llamacpp import DEFAULT_MAX_TOKENS, DEFAULT_N_CTX, LlamaCppEngine
-from tide_dspy.backbones.options import DEFAULT_BACKBONE
 from tide_dspy.backbones.providers import (
     ANTHROPIC_SONNET_45,
     DASHSCOPE_QWEN_36_FLASH,
+    DEFAULT_BACKBONE,
     GEMINI_35_FLASH,
     LOCAL,
     OPENAI_COMPATIBLE,
