@@ -7,6 +7,8 @@ it got, and refuses requests beyond `max_requests` (HTTP 429), so a runaway clie
 
     with StubServer(delay=0.2) as stub:
         stub.api_base  # http://127.0.0.1:<port>/v1
+
+From a shell, `python experiments/stub_server.py --port 8000` serves until Ctrl-C and prints what to pass tide.
 """
 
 from __future__ import annotations
@@ -37,7 +39,9 @@ def empty_answer(body: dict) -> str:
 
 class StubServer:
     def __init__(self, delay: float = 0.0, max_requests: int = 10_000, answer=empty_answer, status: int = 200,
-                 error_body: str = "", served: tuple[str, ...] = ("stub-model",)):
+                 error_body: str = "", served: tuple[str, ...] = ("stub-model",), host: str = "127.0.0.1",
+                 port: int = 0):
+        self.address = (host, port)  # port 0: any free port
         self.delay, self.max_requests, self.answer, self.served = delay, max_requests, answer, served
         self.status, self.error_body = status, error_body
         self.requests: list[dict] = []
@@ -97,7 +101,7 @@ class StubServer:
                 self.end_headers()
                 self.wfile.write(raw)
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server = ThreadingHTTPServer(self.address, Handler)
         self._server.daemon_threads = True
         threading.Thread(target=self._server.serve_forever, name="stub-openai", daemon=True).start()
         return self
@@ -105,3 +109,35 @@ class StubServer:
     def __exit__(self, *exc) -> None:
         self._server.shutdown()
         self._server.server_close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python experiments/stub_server.py",
+                                     description="Serve a stub OpenAI-compatible chat server (no model: every answer "
+                                                 "is empty) until Ctrl-C.")
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=8000, help="port to listen on (default 8000; 0: any free one)")
+    args = parser.parse_args(argv)
+    try:
+        stub = StubServer(host=args.host, port=args.port).__enter__()
+    except OSError as exc:
+        parser.error(f"cannot listen on {args.host}:{args.port} ({exc.strerror or exc}); pass another --port")
+    try:
+        print(f"stub OpenAI-compatible server on {stub.api_base}: no model, every answer is empty\n"
+              f"  --backbone openai-compatible --api-base {stub.api_base} (or TIDE_API_BASE={stub.api_base})\n"
+              f"  key variable: TIDE_API_KEY (this stub needs none); model: {', '.join(stub.served)} (from "
+              "GET /v1/models; TIDE_SERVED_MODEL picks one when a server lists several)\n"
+              f"  e.g. tide discover repo examples/sample_repo --backbone openai-compatible --api-base {stub.api_base} "
+              "--templates programs/repository/local/templates.json\nCtrl-C stops it.", flush=True)
+        threading.Event().wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        stub.__exit__(None, None, None)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

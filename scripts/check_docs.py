@@ -28,8 +28,8 @@ INLINE = re.compile(r"(?<!`)`([^`\n]+)`(?!`)")
 LINK = re.compile(r"(?<!!)\[[^\]\n]*\]\(([^)\s]+)\)")
 FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*")
 MACHINE_PATH = re.compile(r"(?<![\w.~-])/(?:home|root|work|tmp|Users|opt)/[\w.-]+")
-# Options of other tools that the docs name on their own (pytest's, git's).
-FOREIGN_FLAGS = {"--junitxml", "--end-of-options"}
+# Options of other tools that the docs name on their own (pytest's, git's, bubblewrap's).
+FOREIGN_FLAGS = {"--junitxml", "--end-of-options", "--disable-userns"}
 ENV_TABLE_ROW = re.compile(r"^\|\s*`([A-Z][A-Z0-9_]+)`", re.M)
 METHOD_ROW = re.compile(r"^\| `([a-z][a-z-]*)` \| `(\w+)` \| (\w+) \|", re.M)
 METHODS_PAGE = ROOT / "docs" / "program.md"

@@ -78,6 +78,11 @@ def test_split_filter_and_examples(hf_cache):
     assert examples[0].case is test[0]
 
 
+def test_an_unknown_split_is_an_error_naming_the_splits(hf_cache):
+    with pytest.raises(ValueError, match=r"no split 'tst'; its splits are test, train"):
+        load_instances(WORKSPACE_JSONL, split="tst", cache_dir=hf_cache)
+
+
 def _write(tmp_path, records_or_lines, name="workspaces.jsonl"):
     path = tmp_path / name
     path.write_text("\n".join(r if isinstance(r, str) else json.dumps(r) for r in records_or_lines) + "\n")

@@ -25,6 +25,7 @@ from tide_dspy.data.loaders import InvalidRecordError, load_instances, load_with
 from tide_dspy.domains import REPOSITORY
 from tide_dspy.evaluation import evaluate, read_rows
 from tide_dspy.product import discover_repository, discover_workspace, write_report
+from tide_dspy.product import ingest as ingest_module
 from tide_dspy.product.ingest import ingest_workspace
 from tide_dspy.product.run import choose_program, select_files
 from tide_dspy.programs import build_program, load_program, save_program
@@ -151,6 +152,40 @@ def test_workspace_symlinks_out_of_root_devices_fifos_and_large_files_are_skippe
     assert "FIFO" in reasons["pipe.md"] and "FIFO" in reasons["alias.txt"] and "cap" in reasons["big.txt"]
     assert len(result.artifacts) == len(ingest_workspace(INGEST).artifacts)  # the fixture's own items are all read
     assert "root:" not in json.dumps([a.payload for a in result.artifacts])
+
+
+@pytest.mark.parametrize("swapped", ["notes.md", "mail/inbox.eml", "mail"])
+def test_a_file_or_folder_swapped_for_a_link_after_the_listing_is_not_read(tmp_path, monkeypatch, swapped):
+    ws = tmp_path / "ws"
+    (ws / "mail").mkdir(parents=True)
+    (ws / "notes.md").write_text("# Notes\nThe venue deposit is due Friday.\n")
+    (ws / "mail" / "inbox.eml").write_text("From: a@example.org\nSubject: hi\n\nhello\n")
+    secret = tmp_path / "secret"
+    (secret / "mail").mkdir(parents=True)
+    for name in ("notes.md", "mail/inbox.eml"):
+        (secret / name).write_text("From: x@example.org\nSubject: TOPSECRET\n\nTOPSECRET key\n")
+    listed = ingest_module.workspace_files
+
+    def list_then_swap(root):  # the listing sees regular files; then one is swapped for a link out of the folder
+        listing = listed(root)
+        target = ws / swapped
+        shutil.rmtree(target) if target.is_dir() else target.unlink()
+        target.symlink_to(secret / swapped)
+        return listing
+
+    monkeypatch.setattr(ingest_module, "workspace_files", list_then_swap)
+    result = ingest_workspace(ws)
+    assert "TOPSECRET" not in json.dumps([a.payload for a in result.artifacts])
+    assert any("outside the folder: not followed" in s.reason for s in result.skipped), result.skipped
+
+
+def test_a_link_that_stays_inside_the_folder_is_still_read(tmp_path):
+    ws = tmp_path / "ws"
+    (ws / "docs").mkdir(parents=True)
+    (ws / "docs" / "plan.md").write_text("# Plan\nShip on Friday.\n")
+    (ws / "latest.md").symlink_to("docs/../docs/plan.md")
+    (ws / "shortcut").symlink_to(ws / "docs", target_is_directory=True)
+    assert safe_files.read_capped(ws, "latest.md") == safe_files.read_capped(ws, "shortcut/plan.md")
 
 
 # ---- 5. an email in an unknown charset is kept, with the fallback recorded ----

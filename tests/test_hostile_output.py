@@ -217,6 +217,51 @@ def test_model_text_with_terminal_escapes_is_printed_and_written_escaped(repo, t
     assert "\\x1b\\]0;pwned" in md  # shown, not obeyed
 
 
+BIDI_TEXT = "rm \u202egnp.exe\u202c keeps \u2066isolates\u2069 and a C1 \x9b and DEL \x7f"
+
+
+def test_findings_json_and_run_json_hold_no_raw_bidi_or_control_characters(repo, tmp_path):
+    dspy.configure(lm=DummyLM(answers(finding(BIDI_TEXT, ["pkg/mathutil.py::mean"], GOOD_PATCH, why=BIDI_TEXT))))
+    out = tmp_path / "out"
+    assert main(["discover", "repo", str(repo), "--out", str(out), "--backbone", "none-shipped"]) == 0
+    for name in ("findings.json", "run.json"):
+        text = (out / name).read_text()
+        assert not re.search("[\x7f-\x9f\u202a-\u202e\u2066-\u2069]", text), name
+    [row] = json.loads((out / "findings.json").read_text())["findings"]
+    assert row["description"] == BIDI_TEXT  # the same data, escaped
+
+
+def test_report_html_shows_code_spans_as_code(repo, tmp_path):
+    dspy.configure(lm=DummyLM(answers(finding("`mean()` divides by `len(values) - 1`", ["pkg/mathutil.py::mean"],
+                                              GOOD_PATCH, why="see `<b>x</b>`"))))
+    out = tmp_path / "out"
+    assert main(["discover", "repo", str(repo), "--out", str(out), "--backbone", "none-shipped"]) == 0
+    page = (out / "report.html").read_text()
+    assert "<code>mean()</code> divides by <code>len(values) - 1</code>" in page and "`mean()`" not in page
+    assert "<code>&lt;b&gt;x&lt;/b&gt;</code>" in page  # still escaped inside the code span
+
+
+def test_an_empty_report_on_the_embedded_backbone_says_what_it_means(repo, tmp_path, capsys):
+    from tide_dspy.product.report import render_markdown
+
+    lm = DummyLM([{"findings": "[]"}])
+    lm.tide_backbone = "local"  # as get_lm("local") marks it; the embedded engine itself is not needed here
+    result = discover_repository(repo, lm=lm, backbone="none-shipped", progress=lambda line: None)
+    md = render_markdown(result)
+    assert "No findings. The embedded model (Qwen2.5-Coder 1.5B) rarely finds anything" in md
+    assert "--backbone gpt-5-mini" in md and "--backbone openai-compatible --api-base" in md
+    lm2 = DummyLM([{"findings": "[]"}])
+    other = discover_repository(repo, lm=lm2, backbone="none-shipped", progress=lambda line: None)
+    assert "rarely finds" not in render_markdown(other)  # a served or hosted backbone's empty report is just empty
+
+
+def test_an_evaluation_that_scores_no_instance_exits_non_zero_naming_the_flag(tmp_path, capsys):
+    dspy.configure(lm=unparseable_lm())
+    rc = main(evaluate_args(tmp_path / "out", "--context-window", "300"))  # every instance is over it
+    err = capsys.readouterr().err
+    assert rc == 3 and "no instance was scored" in err and "--max-context-tokens N" in err, err
+
+
 def test_a_parse_error_echoing_escapes_is_printed_escaped(repo, tmp_path, capsys):
     dspy.configure(lm=DummyLM([{"findings": f"not json {ESC_TEXT}"}] * 10))
     rc = main(["discover", "repo", str(repo), "--out", str(tmp_path / "out"), "--backbone", "none-shipped"])
@@ -355,6 +400,30 @@ def test_an_unusable_mlflow_store_gives_one_line_with_the_no_track_hint(tmp_path
     rc = main([*args, "--tracking-uri", f"sqlite:///{tmp_path / 'a-file' / 'mlflow.db'}"])
     err = [line for line in capsys.readouterr().err.splitlines() if line]
     assert rc == 2 and len(err) == 1 and "--no-track" in err[0] and "MLflow store" in err[0]
+
+
+def test_a_store_that_fails_at_the_end_keeps_the_table_and_says_one_line(tmp_path, monkeypatch, capfd, caplog):
+    import sqlite3
+
+    from tide_dspy import tracking
+
+    def locked(self):  # what MLflow's SQL store does on a locked database: log the traceback, then raise
+        try:
+            raise sqlite3.OperationalError("database is locked")
+        except sqlite3.OperationalError:
+            logging.getLogger("mlflow.store.db.utils").error("SQLAlchemy database error.", exc_info=True)
+            raise
+
+    monkeypatch.setattr(tracking.Record, "log", locked)
+    dspy.configure(lm=DummyLM([{"findings": "[]"}] * 10))
+    args = evaluate_args(tmp_path / "run")[:-1]  # tracked
+    rc = main([*args, "--tracking-uri", f"sqlite:///{tmp_path / 'mlflow.db'}"])
+    out, err = capfd.readouterr()
+    assert rc == 0 and "| retrieval |" in out and "1 instances" in out  # the table is printed
+    logged = err + caplog.text
+    assert "Traceback" not in logged and "SQLAlchemy database error" not in logged
+    [line] = [r.getMessage() for r in caplog.records if "database is locked" in r.getMessage()]
+    assert "--no-track" in line and "its metrics are not in MLflow" in line
 
 
 def _flags_of(parser: argparse.ArgumentParser, *path: str) -> set[str]:

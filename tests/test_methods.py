@@ -92,7 +92,7 @@ def test_an_unknown_method_is_an_error_that_lists_the_known_ones(capsys):
 
 def test_adding_a_method_is_one_entry(monkeypatch, libraries):
     """The entry docs/program.md shows: Single with the templates in its prompt, built by every entry point."""
-    entry = Method("single-templates", SingleAgent, guidance="templates",
+    entry = Method("single-templates", "SingleAgent", guidance="templates",
                    summary="one call that returns every finding at once, guided by the templates")
     monkeypatch.setitem(METHODS, entry.name, entry)
     evaluated = evaluate_builds("workspace", "single-templates", libraries["workspace"])
@@ -100,3 +100,10 @@ def test_adding_a_method_is_one_entry(monkeypatch, libraries):
     assert method_of(evaluated) == "single-templates"
     experimented = run_py_builds("workspace", "single-templates", libraries["workspace"])
     assert experimented.dump_state() == evaluated.dump_state()
+
+
+def test_a_method_is_a_floor_exactly_when_its_program_calls_no_model():
+    from tide_dspy.discovery import ChanceBaseline
+
+    assert {name for name, m in METHODS.items() if m.floor} == {
+        name for name, m in METHODS.items() if issubclass(m.program, ChanceBaseline)}

@@ -37,3 +37,10 @@ def test_every_benchmark_set_file_matches_a_pattern_the_wheel_carries():
     carried = {p for pattern in patterns for p in data.glob(pattern)}
     assert set(wanted) <= carried
     assert not {p for p in carried if p.suffix in (".py", ".yaml")}  # the build script and sources stay out
+
+
+def test_requires_python_is_the_first_version_with_the_tarfile_filter_we_use():
+    """GitClone.snapshot extracts `git archive` with tarfile's filter="data", which 3.11.0-3.11.3 do not have."""
+    source = (ROOT / "tide_dspy" / "data" / "git_tools.py").read_text()
+    assert 'filter="data"' in source
+    assert pyproject()["project"]["requires-python"] == ">=3.11.4"

@@ -11,10 +11,18 @@ from __future__ import annotations
 
 import json
 import re
+import signal
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from pathlib import Path
 
+import dspy
 import pytest
 
 from tide_dspy.backbones import get_lm, resolve
+from tide_dspy.backbones.preflight import PROMPT as PREFLIGHT
 from tide_dspy.cli.main import main
 from tide_dspy.testing.provider_sim import Fault, ProviderSimulator, RateLimit
 
@@ -426,3 +434,96 @@ def test_dashscope_is_sent_its_thinking_switch_off(sim, monkeypatch, tmp_path):
     assert completed(evaluate(sim, monkeypatch, tmp_path, "dashscope", "single", "litellm"))
     bodies = [r.body for r in sim.requests("dashscope") if r.kind != "models"]
     assert bodies and all(b.get("enable_thinking") is False for b in bodies)
+
+
+# ---- the cache knows where a call goes ----
+
+def test_answers_cached_from_one_address_are_not_replayed_for_another(sim, monkeypatch):
+    """A run against the simulator, then the same backbone at another address: the second call reaches it, never
+    the first one's cached answer (DSPy's cache key leaves api_base out; the cache identity puts it back)."""
+    dspy.configure_cache(enable_disk_cache=False, enable_memory_cache=True)
+    first = get_lm("gpt-5-mini", api_base=sim.base_url("openai"), num_retries=0)
+    assert "ok" in first(PREFLIGHT)[0] and len(sim.requests("openai")) == 1
+    assert "ok" in first(PREFLIGHT)[0] and len(sim.requests("openai")) == 1  # the same address: replayed
+    with ProviderSimulator() as other:
+        monkeypatch.setenv("OPENAI_API_KEY", other.keys["openai"])
+        second = get_lm("gpt-5-mini", api_base=other.base_url("openai"), num_retries=0)
+        assert "ok" in second(PREFLIGHT)[0]
+        assert len(other.requests("openai")) == 1 and len(sim.requests("openai")) == 1
+    dead = get_lm("gpt-5-mini", api_base="http://127.0.0.1:9/v1", num_retries=0)  # nothing listens there
+    with pytest.raises(Exception, match="(?i)connect|refused|transport"):
+        dead(PREFLIGHT)
+
+
+def test_check_gives_up_on_an_address_that_does_not_resolve_and_says_what_to_check(sim, capsys, caplog):
+    assert main(["check", "gpt-5-mini", "--api-base", "http://tide-no-such-host.invalid/v1", "--num-retries", "3"]) == 1
+    err = capsys.readouterr().err
+    assert "its host name does not resolve" in err and "online and its DNS works" in err and "--api-base" in err
+    assert not [r for r in caplog.records if "retry 1 of" in r.getMessage()]  # given up at once
+
+
+def test_check_local_speaks_of_the_embedded_engine_not_litellm_or_prices():
+    from tide_dspy.backbones.preflight import _describe
+
+    text = "\n".join(_describe(get_lm("local")).lines())
+    assert "LiteLLM" not in text and "price entry" not in text and "provider" not in text
+    assert "tide-dspy's embedded llama.cpp engine" in text and "free: it runs on this machine" in text
+
+
+@pytest.mark.parametrize("command,expected", [
+    ([sys.executable, "-m", "tide_dspy.testing.provider_sim", "--port", "0"],
+     ["--backbone gpt-5-mini: --api-base http://127.0.0.1:", "OPENAI_API_KEY=sim-openai-key",
+      "models: openai/gpt-5-mini", "--judge-api-base", "tide check gpt-5-mini"]),
+    ([sys.executable, "experiments/stub_server.py", "--port", "0"],
+     ["--backbone openai-compatible --api-base http://127.0.0.1:", "key variable: TIDE_API_KEY",
+      "model: stub-model"]),
+], ids=["provider_sim", "stub_server"])
+def test_the_simulator_and_the_stub_start_from_a_shell_and_say_how_to_use_them(command, expected):
+    proc = subprocess.Popen(command, cwd=Path(__file__).resolve().parents[1], stdout=subprocess.PIPE, text=True)
+    try:
+        lines = []
+        for line in proc.stdout:
+            lines.append(line)
+            if line.startswith("Ctrl-C stops it."):
+                break
+        printed = "".join(lines)
+        assert all(e in printed for e in expected), printed
+        base = re.search(r"--api-base (http://127\.0\.0\.1:\d+/\S+)", printed).group(1)
+        with urllib.request.urlopen(base + "/models", timeout=10) as answer:  # it serves at the address it names
+            assert answer.status in (200, 401)
+    except urllib.error.HTTPError as exc:
+        assert exc.code == 401  # the simulator wants its key
+    finally:
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=10) == 0
+
+
+def test_the_readme_python_snippet_runs_from_any_folder_and_warns_before_a_hosted_scan(sim, monkeypatch, tmp_path,
+                                                                                      caplog):
+    import tide_dspy
+
+    monkeypatch.chdir(tmp_path)  # nothing of the checkout here
+    monkeypatch.setenv("TIDE_DATA", str(Path(__file__).parent / "fixtures" / "instances"))
+    instance = tide_dspy.load_instances(tide_dspy.data_path("repository"), split="test")[0]
+    lm = tide_dspy.get_lm("gpt-5-mini", api_base=sim.base_url("openai"))
+    program = tide_dspy.shipped_program("repository", lm)
+    assert "no compiled program or template library is shipped for backbone 'gpt-5-mini'" in program.tide_source
+    compiled = tide_dspy.shipped_program("repository", "local")  # the 1.5B's compiled program scans first
+    assert compiled.tide_source.startswith("shipped program") and compiled.scanner is not None
+    compiled.max_rounds = 1
+    with dspy.context(lm=lm):
+        prediction = compiled(instance)
+    [warning] = [r.getMessage() for r in caplog.records if "scans first" in r.getMessage()]
+    assert f"{len(instance.artifacts)} call(s) on gpt-5-mini" in warning and "--no-scan" in warning
+    assert len(sim.requests("openai", "scan")) == len(instance.artifacts) and prediction.rounds
+
+
+@pytest.mark.parametrize("backbone", ["gpt-5-mini", "openai-compatible"])
+def test_a_module_holding_a_provider_lm_deep_copies_without_a_warning(sim, caplog, backbone):
+    from tide_dspy.metrics.judges import LLMJudge
+
+    lm = get_lm(backbone, api_base=sim.base_url("openai"))
+    judge = LLMJudge(lm)
+    copied = judge.deepcopy()  # what DSPy's Refine and the optimizers do to a module
+    assert copied.lm is not lm and copied.lm.model == lm.model
+    assert not [r for r in caplog.records if "Failed to deep copy" in r.getMessage()]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shlex
 import shutil
 import socket
 import subprocess
@@ -19,9 +20,11 @@ import dspy
 import pytest
 from dspy.utils.dummies import DummyLM
 
+from tide_dspy import sandbox as sandbox_module
 from tide_dspy.cli.main import main
 from tide_dspy.data.git_tools import GitClone, Snapshot
 from tide_dspy.product import discover_repository
+from tide_dspy.product import verify as verify_module
 from tide_dspy.product.patches import PatchChecker
 from tide_dspy.product.run import select_files
 from tide_dspy.product.verify import FLAGGED, tree_files
@@ -35,6 +38,7 @@ from tide_dspy.sandbox import (
     sandbox_unavailable,
 )
 from tide_dspy.util.git import head_sha
+from tide_dspy.util.safe_write import remove_tree
 
 FIXTURE = Path(__file__).parent / "fixtures" / "verify_repo"
 PYTEST = f"{sys.executable} -m pytest -q -p no:cacheprovider"
@@ -126,9 +130,8 @@ import json, os, socket, subprocess, sys, time
 import pytest
 
 log = {}
-# A child in a session of its own that waits for pytest to end, then writes LATE into the working directory.
-OUTLIVE = ("import os, time\nwhile os.path.exists('/proc/PARENT'):\n    time.sleep(0.1)\n"
-           "time.sleep(1)\nopen('LATE', 'w').write('outlived the run')")
+# A child in a session of its own that would live on after pytest ends (MARKER finds it among the processes).
+OUTLIVE = "import time  # MARKER\ntime.sleep(60)"
 
 
 def attempt(name, fn):
@@ -187,11 +190,9 @@ attempt("write", write_everywhere)
 attempt("key", lambda: open(os.path.expanduser("~/.ssh/id_rsa")).read())
 attempt("environ", environments)
 attempt("connect", lambda: socket.create_connection(("127.0.0.1", PORT), timeout=2).close())
-attempt("setsid", lambda: subprocess.Popen(
-    [sys.executable, "-c", OUTLIVE.replace("PARENT", str(os.getpid()))], start_new_session=True, cwd=os.getcwd()).pid)
+attempt("setsid", lambda: subprocess.Popen([sys.executable, "-c", OUTLIVE], start_new_session=True).pid)
 attempt("fork", fork_many)
-with open("attack.json", "w") as f:
-    json.dump(log, f)
+print("ATTACK-LOG " + json.dumps(log), flush=True)
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -208,43 +209,51 @@ def new_file_patch(path: str, text: str) -> str:
             f"@@ -0,0 +1,{len(lines)} @@\n{body}")
 
 
+def survivors(marker: str) -> list[str]:
+    """Processes of this machine whose command line holds `marker`."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if marker.encode() in Path(f"/proc/{pid}/cmdline").read_bytes():
+                found.append(pid)
+        except OSError:
+            pass
+    return found
+
+
 @needs_bwrap
 def test_the_h1_attack_fails_inside_the_sandbox_and_is_not_verified(repo, home, tmp_path, monkeypatch):
     scratch = tmp_path / "scratch"
     scratch.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(scratch))
-    kept: list[Path] = []  # the copies stay until the end, so the test can look at what the attack left in them
-    monkeypatch.setattr(Snapshot, "close", lambda self: kept.append(self.root))
+    runs: list = []  # each run's output, where the attack logs what it could do (pytest -s)
+    real_run = verify_module.run_tests
+    monkeypatch.setattr(verify_module, "run_tests", lambda *a, **k: runs.append(real_run(*a, **k)) or runs[-1])
     listener = Listener()
     limit = 40
-    patch = new_file_patch("tests/conftest.py", ATTACK.replace("PORT", str(listener.port)).replace("LIMIT", str(limit)))
-    finding = {"description": "mean divides by n - 1", "evidence_ids": ["calc/ops.py::mean"], "patch": patch,
-               "used_template_id": "", "why": ""}
+    marker = f"tide-h1-{os.getpid()}-{time.monotonic_ns()}"
+    attack = ATTACK.replace("PORT", str(listener.port)).replace("LIMIT", str(limit)).replace("MARKER", marker)
+    finding = {"description": "mean divides by n - 1", "evidence_ids": ["calc/ops.py::mean"],
+               "patch": new_file_patch("tests/conftest.py", attack), "used_template_id": "", "why": ""}
     before, home_before = digest(repo), digest(home)
     try:
         result = discover_repository(
             repo, lm=DummyLM([{"findings": json.dumps([finding])}, {"findings": "[]"}]), backbone="none-shipped",
-            per_round=1, verify=PYTEST, verify_timeout=60, progress=lambda line: None,
+            per_round=1, verify=PYTEST + " -s", verify_timeout=60, progress=lambda line: None,
             verify_sandbox=SandboxOptions(limits=Limits(processes=limit)))
-        time.sleep(4)  # the setsid child would have written by now
-        logs = [json.loads(p.read_text()) for root in kept for p in root.glob("tree/attack.json")]
-        late = [p for root in kept for p in root.rglob("LATE")]
-        landed = [Path(p) for log in logs for p in log["write"][1] if Path(p).exists()]
-        # what it wrote that exists out here: in the throwaway copies, or files of the home and the checkout that
-        # were there before (both hash as they did)
-        escaped = [p for p in landed if not any(root in p.parents for root in kept)
-                   and not (p.is_relative_to(home) or p.is_relative_to(repo))]
+        time.sleep(2)
+        late = survivors(marker)
     finally:
         listener.close()
-        for root in kept:
-            shutil.rmtree(root, ignore_errors=True)
     [v] = result.verifications
     assert v.status == FLAGGED and not v.label.startswith("verified")
     assert "touches conftest.py: tests/conftest.py" in v.label and v.fixed == ["tests.test_ops::test_mean"]
-    [log] = logs  # the attack ran once, in the patched copy
+    [log] = [json.loads(line.split(" ", 1)[1]) for run in runs for line in run.output.splitlines()
+             if line.startswith("ATTACK-LOG ")]  # the attack ran once, in the patched copy
     assert digest(repo) == before and not (repo / ".git" / "hooks" / "pre-commit").exists()  # (a)
-    assert digest(home) == home_before
-    assert log["write"][0] == "ok" and escaped == []
+    assert digest(home) == home_before and list(scratch.iterdir()) == []
+    assert log["write"][0] == "ok" and not any(Path(p).exists() and not Path(p).is_relative_to(home)
+                                               for p in log["write"][1])  # what it wrote stayed in the sandbox
     assert log["key"][0] == "failed" and FAKE_KEY not in json.dumps(log)  # (b)
     environ = json.dumps(log["environ"])
     assert not any(name in environ or value in environ for name, value in SECRETS.items())  # (c)
@@ -266,7 +275,7 @@ def test_nothing_outside_the_copy_is_writable(tmp_path, home):
             "    try:\n        open(path, 'a').write('x'); print('wrote', path)\n"
             "    except OSError as exc:\n        print('refused', path, exc.errno)\n")
     out = run_python(tree, code)
-    assert (tree / "inside").exists() and f"wrote {tree / 'inside'}" in out
+    assert f"wrote {tree / 'inside'}" in out and not (tree / "inside").exists()  # in the in-memory copy only
     assert not (tmp_path / "beside-the-copy").exists() and (home / ".bashrc").read_text() == "# untouched\n"
     assert not (Path(sys.prefix) / "planted").exists() and not Path("/usr/planted").exists()
 
@@ -309,10 +318,11 @@ def test_there_is_no_network(tmp_path):
 def test_the_process_limit_stops_a_fork_bomb(tmp_path):
     tree = tmp_path / "tree"
     tree.mkdir()
+    # The children wait until the sandbox ends, however slowly the machine forks them.
     code = (
-        "import os, time\nn = 0\ntry:\n    for _ in range(60):\n        if os.fork() == 0:\n"
-        "            time.sleep(2); os._exit(0)\n        n += 1\nexcept OSError as exc:\n    print('stopped', exc)\n"
-        "print('started', n)"
+        "import os, signal\nn = 0\ntry:\n    for _ in range(60):\n        if os.fork() == 0:\n"
+        "            signal.pause(); os._exit(0)\n        n += 1\nexcept OSError as exc:\n    print('stopped', exc)\n"
+        "print('started', n, flush=True)"
     )
     out = run_python(tree, code, limits=Limits(processes=20))
     started = int(out.split("started ")[1].split()[0])
@@ -323,24 +333,23 @@ def test_the_process_limit_stops_a_fork_bomb(tmp_path):
 def test_a_setsid_child_dies_with_the_sandbox(tmp_path):
     tree = tmp_path / "tree"
     tree.mkdir()
-    late = tree / "LATE"
-    child = ("import os, sys, time\nwhile os.path.exists(f'/proc/{sys.argv[1]}'):\n    time.sleep(0.1)\n"
-             f"time.sleep(1)\nopen({str(late)!r}, 'w').write('outlived the run')")
-    out = run_python(tree, f"import os, subprocess, sys; subprocess.Popen([sys.executable, '-c', {child!r}, "
-                           "str(os.getpid())], start_new_session=True); print('left a child')")
-    time.sleep(4)
-    assert "left a child" in out and not late.exists()
+    marker = f"tide-outlive-{os.getpid()}-{time.monotonic_ns()}"
+    child = f"import time  # {marker}\ntime.sleep(60)"
+    out = run_python(tree, f"import subprocess, sys; subprocess.Popen([sys.executable, '-c', {child!r}], "
+                           "start_new_session=True); print('left a child')")
+    time.sleep(2)
+    assert "left a child" in out and survivors(marker) == []
 
 
 @needs_bwrap
 def test_the_file_size_limit_holds(tmp_path):
     tree = tmp_path / "tree"
     tree.mkdir()
-    code = ("import signal; signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+    code = ("import os, signal; signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
             "try:\n    open('big', 'wb').write(b'x' * 3_000_000); print('wrote it all')\n"
-            "except OSError as exc:\n    print('refused', exc)")
+            "except OSError as exc:\n    print('refused', exc)\nprint('size', os.path.getsize('big'))")
     out = run_python(tree, code, limits=Limits(file_size=1 << 20))
-    assert "File too large" in out and (tree / "big").stat().st_size <= 1 << 20
+    assert "File too large" in out and int(out.split("size ")[1].split()[0]) <= 1 << 20
 
 
 @needs_bwrap
@@ -564,3 +573,196 @@ def test_a_binary_patch_is_a_concern():
     patch = "diff --git a/pkg/ops.py b/pkg/ops.py\nindex 1..2 100644\nGIT binary patch\nliteral 5\nMcmZ\n"
     assert patch_concerns(patch, evidence=["pkg/ops.py"]) == ["changes binary files"]
 
+
+
+# ---- nothing the checkout ships decides what the sandbox shows ----
+
+@pytest.fixture
+def planted_venv(repo, home) -> Path:
+    """A venv inside the checkout whose .pth names the user's keys and a git-ignored .env, and a script whose `#!`
+    runs that venv's python."""
+    (repo / ".gitignore").write_text(".venv/\n.env\n")
+    (repo / ".env").write_text("DEPLOY_TOKEN=from-the-ignored-env\n")
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(repo / ".venv")], check=True)
+    site = next((repo / ".venv" / "lib").glob("python*/site-packages"))
+    (site / "zz.pth").write_text(f"{home / '.ssh'}\n{repo / '.env'}\n{home}\n")
+    script = repo / "runtests"
+    script.write_text("#!.venv/bin/python3\nimport sys; print(sys.argv)\n")
+    script.chmod(0o755)
+    return repo
+
+
+LOOK = ("import os\n"
+        "for path in {paths!r}:\n"
+        "    try:\n        print('read', path, open(path).read())\n"
+        "    except OSError as exc:\n        print('refused', path, type(exc).__name__)\n")
+
+
+@needs_bwrap
+@pytest.mark.parametrize("command", [".venv/bin/python", "./runtests"])
+def test_a_pth_file_in_the_checkouts_venv_mounts_nothing(planted_venv, home, tmp_path, command):
+    repo = planted_venv
+    sandbox = Sandbox(repo, [command])
+    shown = [str(p) for p in sandbox.readable]
+    assert not any(p.startswith((str(home), str(repo))) for p in shown), shown
+    tree = tmp_path / "copy"
+    tree.mkdir()
+    paths = [str(home / ".ssh" / "id_rsa"), str(repo / ".env")]
+    out = run_tests([".venv/bin/python", "-c", LOOK.format(paths=paths)], tree, 60, sandbox=sandbox).output
+    assert FAKE_KEY not in out and "from-the-ignored-env" not in out
+    assert all(f"refused {p}" in out for p in paths), out
+
+
+@needs_bwrap
+def test_the_checkouts_venv_runs_inside_the_copy_read_only(planted_venv, tmp_path):
+    tree = tmp_path / "copy"
+    tree.mkdir()
+    code = "import sys; print(sys.prefix); open(sys.prefix + '/planted', 'w')"
+    run = run_tests([".venv/bin/python", "-c", code], tree, 60, sandbox=Sandbox(planted_venv, [".venv/bin/python"]))
+    assert f"{planted_venv / '.venv'}\n" in run.output and "Read-only file system" in run.output
+    assert not (planted_venv / ".venv" / "planted").exists()
+
+
+def test_a_command_in_the_home_folder_needs_verify_read(repo, home):
+    tool = home / "tools" / "bin" / "runtests"
+    tool.parent.mkdir(parents=True)
+    tool.write_text("#!/bin/sh\nexit 0\n")
+    tool.chmod(0o755)
+    if sandbox_unavailable() is not None:
+        pytest.skip(sandbox_unavailable())
+    with pytest.raises(VerifyError, match=f"pass --verify-read with its folder, e.g. --verify-read {home / 'tools'}"):
+        Sandbox(repo, [str(tool)])
+    assert Sandbox(repo, [str(tool)], SandboxOptions(read_only=(str(home / "tools"),))).readable
+
+
+# ---- every resource bounded ----
+
+@needs_bwrap
+def test_what_the_tests_write_into_the_copy_is_capped_in_total(tmp_path):
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    code = ("n = 0\ntry:\n    for i in range(20):\n        open(f'part{i}', 'wb').write(b'x' * (1 << 20)); n += 1\n"
+            "except OSError as exc:\n    print('refused', exc)\nprint('wrote', n)")
+    out = run_python(tree, code, limits=Limits(disk=6 << 20, file_size=4 << 20))
+    assert "No space left on device" in out and int(out.split("wrote ")[1].split()[0]) <= 6
+    assert list(tree.iterdir()) == []  # none of it reached the disk
+
+
+@needs_bwrap
+def test_dev_shm_is_private_and_capped(tmp_path):
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    name = f"tide-shm-{os.getpid()}-{time.monotonic_ns()}"
+    code = (f"import os\nn = 0\ntry:\n    for i in range(8):\n        open(f'/dev/shm/{name}-{{i}}', 'wb')"
+            ".write(b'x' * (1 << 20)); n += 1\nexcept OSError as exc:\n    print('refused', exc)\nprint('wrote', n)")
+    out = run_python(tree, code, limits=Limits(file_size=3 << 20))
+    assert "No space left on device" in out and int(out.split("wrote ")[1].split()[0]) <= 3
+    assert not [p for p in os.listdir("/dev/shm") if p.startswith(name)]
+
+
+@needs_bwrap
+def test_a_tree_over_the_quota_is_refused_before_anything_is_copied(tmp_path, monkeypatch):
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    tree = tmp_path / "plain"
+    tree.mkdir()
+    with open(tree / "sparse.bin", "wb") as f:
+        f.truncate(64 << 20)  # 64 MiB that take no room on disk
+    from tide_dspy.product.verify import Verifier
+
+    with pytest.raises(VerifyError, match=r"sparse.bin \(64.0 MiB, sparse\).*--verify-limit disk=SIZE"):
+        Verifier(tree, PYTEST, sandbox=SandboxOptions(limits=Limits(disk=16 << 20)))
+    assert list(scratch.iterdir()) == []
+
+
+def test_cleanup_survives_a_tree_thousands_of_folders_deep(tmp_path):
+    snap = Snapshot(tmp_path / "snap")
+    (snap.root / "tree").mkdir(parents=True)
+    fd = os.open(snap.tree, os.O_RDONLY)
+    try:
+        for _ in range(5000):  # deeper than any path the kernel takes whole, and than Python's recursion limit
+            os.mkdir("d", dir_fd=fd)
+            inner = os.open("d", os.O_RDONLY, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+        os.symlink(str(tmp_path / "outside"), "link", dir_fd=fd)
+        (tmp_path / "outside").mkdir()
+        (tmp_path / "outside" / "kept").write_text("not removed through a link")
+        os.close(fd)
+        snap.close()
+        assert not snap.root.exists() and (tmp_path / "outside" / "kept").exists()
+    finally:  # pytest's own cleanup of old temporary folders recurses: never leave the chain to it
+        remove_tree(snap.root)
+
+
+@needs_bwrap
+def test_a_deep_tree_written_by_the_tests_leaves_nothing_behind(repo, tmp_path, monkeypatch):
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    deep = "import os\nfor _ in range(1500):\n    os.mkdir('d'); os.chdir('d')\nprint('deep')"
+    from tide_dspy.product.verify import Verifier
+
+    with Verifier(repo, f"{sys.executable} -c {shlex.quote(deep)}") as verifier:
+        baseline = verifier.run_baseline()
+    assert "deep" in baseline.output and list(scratch.iterdir()) == []
+
+
+UNSHARE = ("import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+           "print('unshare', libc.unshare(0x10000000), os.strerror(ctypes.get_errno()))\n"
+           "import subprocess\ntry:\n    print(subprocess.run(['unshare', '-U', 'true'], capture_output=True, "
+           "text=True).stderr)\nexcept OSError as exc:\n    print('no unshare tool', exc)")
+
+
+@needs_bwrap
+def test_the_tests_cannot_make_user_namespaces(tmp_path):
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    out = run_python(tree, UNSHARE)
+    assert "unshare -1 Operation not permitted" in out, out
+    assert "no unshare tool" in out or "Operation not permitted" in out.split("unshare -1", 1)[1]
+
+
+@needs_bwrap
+def test_a_fifo_in_place_of_the_junit_file_does_not_hang_the_run(repo, tmp_path):
+    (repo / "conftest.py").write_text(
+        "import os\n\ndef pytest_unconfigure(config):\n    path = config.option.xmlpath\n"
+        "    if path:\n        os.remove(path); os.mkfifo(path)\n")
+    tree = tmp_path / "copy"
+    shutil.copytree(repo, tree, ignore=shutil.ignore_patterns(".git"))
+    runs = []
+    worker = threading.Thread(target=lambda: runs.append(run_tests(
+        shlex.split(PYTEST), tree, 60, sandbox=Sandbox(repo, shlex.split(PYTEST)))), daemon=True)
+    worker.start()
+    worker.join(timeout=120)
+    assert runs, "the run hung on the FIFO"
+    [run] = runs
+    assert not run.timed_out and run.outcomes == {} and run.returncode == 1
+
+
+def test_only_tide_dspys_own_pth_files_are_read_and_never_for_the_home_folder(repo, home, tmp_path, monkeypatch):
+    site = tmp_path / "env" / "lib" / "python3.11" / "site-packages"
+    site.mkdir(parents=True)
+    shared = tmp_path / "shared-packages"
+    shared.mkdir()
+    (home / "dev").mkdir()
+    (site / "extra.pth").write_text(f"{shared}\nimport os; os.system('echo never run')\n{home / 'dev'}\n")
+    monkeypatch.setattr(sandbox_module, "tide_environment", lambda: [tmp_path / "env", site])
+    shown = sandbox_module.readable_paths([sys.executable], repo, {"PATH": os.defpath})
+    assert shared in shown  # a shared folder of packages, named by the environment tide-dspy runs in
+    assert not any(p == home / "dev" or home in p.parents for p in shown)
+
+
+def test_a_path_this_user_may_not_enter_is_left_out_without_a_traceback(repo, tmp_path, monkeypatch):
+    locked = tmp_path / "locked" / "inner"
+    real_exists = Path.exists
+
+    def exists(self):
+        if self == locked:
+            raise PermissionError(13, "Permission denied", str(self))
+        return real_exists(self)
+
+    monkeypatch.setattr(Path, "exists", exists)
+    shown = sandbox_module.readable_paths([sys.executable], repo, {"PATH": os.defpath, "PYTHONPATH": str(locked)})
+    assert locked not in shown

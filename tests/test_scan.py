@@ -247,3 +247,13 @@ def test_scan_is_refused_for_a_chance_floor_built_or_loaded(tmp_path):
     with pytest.raises(ValueError, match="chance floor"):
         ProgramShape(scan=4).apply_scan(saved)
     assert saved.scanner is None
+
+
+def test_a_scan_says_how_far_it_is_with_its_rate_and_eta(repo):
+    lines = []
+    lm = DummyLM([*scan_answers(), {"findings": []}])
+    with dspy.context(lm=lm):
+        TIDE("repository", max_rounds=1, scan=True)(repo, on_progress=lines.append)
+    n = len(repo.artifacts)
+    assert lines[0].startswith(f"[scan] 1/{n} artifacts, ") and "/s" in lines[0] and "ETA" in lines[0]
+    assert lines[-1].startswith(f"[scan] {n}/{n} artifacts, ") and "ETA" not in lines[-1]

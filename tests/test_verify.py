@@ -555,3 +555,99 @@ def test_evaluate_verify_repo_needs_the_repository_setting_a_clone_and_pytest(re
     rc = main(["evaluate", "--setting", "repository", "--data", str(tmp_path), "--method", "iter",
                "--verify-repo", str(repo), "--verify-command", "make test"])
     assert rc == 2 and "the command must run pytest" in capsys.readouterr().err
+
+
+# ---- "verified" means fixed: every name git reads, and no skipped test as a pass ----
+
+PASS_EVERYTHING = ("import pytest\n\n@pytest.hookimpl(hookwrapper=True)\ndef pytest_runtest_makereport(item, call):\n"
+                   "    outcome = yield\n    outcome.get_result().outcome = 'passed'\n")
+
+
+def new_file(header_old: str, header_new: str, body: str) -> str:
+    lines = body.splitlines()
+    return (f"diff --git {header_old} {header_new}\nnew file mode 100644\n--- /dev/null\n+++ {header_new}\n"
+            f"@@ -0,0 +1,{len(lines)} @@\n" + "".join(f"+{line}\n" for line in lines))
+
+
+HIDDEN_TEST_EDITS = {
+    "quoted names": new_file('"a/tests/conftest.py"', '"b/tests/conftest.py"', PASS_EVERYTHING),
+    "other prefixes": new_file("x/tests/conftest.py", "y/tests/conftest.py", PASS_EVERYTHING),
+    "quoted test edit": ('diff --git "a/tests/test_ops.py" "b/tests/test_ops.py"\n--- "a/tests/test_ops.py"\n'
+                         '+++ "b/tests/test_ops.py"\n@@ -4,3 +4,3 @@\n def test_mean():\n'
+                         '-    assert mean([1, 2, 3]) == 2\n+    assert mean([1, 2, 3]) == 3\n \n'),
+}
+
+
+@needs_bwrap
+@pytest.mark.parametrize("name", list(HIDDEN_TEST_EDITS))
+def test_a_test_edit_in_any_header_git_takes_is_flagged_not_verified(repo, scratch, name):
+    with Verifier(repo, PYTEST) as verifier:
+        verifier.run_baseline()
+        v = verifier.verify(HIDDEN_TEST_EDITS[name], ["calc/ops.py"])
+    assert v.status == FLAGGED and v.fixed == ["tests.test_ops::test_mean"], v
+    assert "touches" in v.label and "tests/" in v.label
+
+
+SKIP_MEAN = ("diff --git a/calc/ops.py b/calc/ops.py\n--- a/calc/ops.py\n+++ b/calc/ops.py\n@@ -1,3 +1,3 @@\n"
+             " def mean(values):\n-    return sum(values) / (len(values) - 1)\n+    MARK\n \n")
+
+
+@needs_bwrap
+@pytest.mark.parametrize("mark", ["raise __import__('unittest').SkipTest('later')",
+                                  "__import__('pytest').xfail('known')",
+                                  "__import__('pytest').skip('later')"])
+def test_a_test_skipped_or_xfailed_after_the_patch_is_not_a_fix(repo, scratch, mark):
+    with Verifier(repo, PYTEST) as verifier:
+        verifier.run_baseline()
+        v = verifier.verify(SKIP_MEAN.replace("MARK", mark), ["calc/ops.py"])
+    assert v.status == NO_CHANGE and v.fixed == [], v
+
+
+@needs_bwrap
+def test_a_patch_whose_only_file_has_a_non_ascii_name_is_checked_and_verified(repo, scratch):
+    (repo / "calc" / "caf\u00e9.py").write_text("def brew():\n    return 'tea'\n")
+    (repo / "tests" / "test_cafe.py").write_text(
+        "import importlib\n\n\ndef test_brew():\n"
+        "    assert importlib.import_module('calc.caf\u00e9').brew() == 'coffee'\n")
+    run_git(repo, "add", ".")
+    run_git(repo, "commit", "-qm", "cafe")
+    patch = run_git_diff(repo, "calc/caf\u00e9.py", "'tea'", "'coffee'")
+    assert patch.startswith('diff --git "a/calc/caf\\303\\251.py"')  # git quotes the name
+    from tide_dspy.product.patches import PatchChecker
+
+    assert PatchChecker(repo).check(patch).applies
+    with Verifier(repo, PYTEST) as verifier:
+        verifier.run_baseline()
+        v = verifier.verify(patch, ["calc/caf\u00e9.py"])
+    assert v.status == VERIFIED and v.fixed == ["tests.test_cafe::test_brew"], v
+
+
+def run_git_diff(repo: Path, rel: str, old: str, new: str) -> str:
+    """The patch git itself writes for replacing `old` with `new` in `rel` (the tree is left as it was)."""
+    path = repo / rel
+    before = path.read_text()
+    path.write_text(before.replace(old, new))
+    try:
+        return run_git(repo, "diff", "--", rel)
+    finally:
+        path.write_text(before)
+
+
+@needs_bwrap
+def test_verify_env_values_are_scrubbed_from_every_output_whatever_their_name(repo, tmp_path, scratch, monkeypatch):
+    value = "corp-deploy-credential-4711"
+    monkeypatch.setenv("MYCORP_DEPLOY_CRED", value)
+    (repo / "tests" / "test_env.py").write_text(
+        "import os\n\ndef test_env():\n    print('cred is', os.environ['MYCORP_DEPLOY_CRED'])\n    assert False\n")
+    run_git(repo, "add", ".")
+    run_git(repo, "commit", "-qm", "env")
+    from tide_dspy.sandbox import SandboxOptions
+
+    lm = DummyLM([{"findings": json.dumps([finding("mean divides by n - 1", ["calc/ops.py::mean"], MEAN_FIX)])},
+                  {"findings": "[]"}])
+    result = discover_repository(repo, lm=lm, backbone="none-shipped", per_round=1, verify=PYTEST,
+                                 verify_sandbox=SandboxOptions(env=("MYCORP_DEPLOY_CRED",)), progress=print)
+    assert "cred is" in result.verifications[0].reason  # the tests printed it
+    paths = write_report(result, tmp_path / "out")
+    for path in paths.values():
+        assert value not in path.read_text(), path.name

@@ -1,8 +1,10 @@
 """tide-dspy: template-guided iterative discovery of hidden problems, as a DSPy program.
 
-    import tide_dspy
-    program = tide_dspy.load_program("programs/repository/local/tide.json")   # or "models:/tide-repository-local/1"
-    with dspy.context(lm=tide_dspy.get_lm("local")):
+    import dspy, tide_dspy
+    instance = tide_dspy.load_benchmark(setting, split="test").instances[0]   # the shipped set of a setting
+    lm = tide_dspy.get_lm("local")
+    program = tide_dspy.shipped_program(setting, lm)   # or tide_dspy.load_program(path or models:/ URI)
+    with dspy.context(lm=lm):
         prediction = program(instance)   # Prediction(findings, rounds)
 
 Names are imported on first use, so `import tide_dspy` stays light (no dspy, mlflow or model loading).
@@ -23,6 +25,7 @@ _EXPORTS = {
     "build_program": "tide_dspy.programs",
     "save_program": "tide_dspy.programs",
     "load_program": "tide_dspy.programs",
+    "shipped_program": "tide_dspy.product.run",
     # schemas
     "Artifact": "tide_dspy.schemas",
     "Action": "tide_dspy.schemas",
@@ -36,6 +39,7 @@ _EXPORTS = {
     "TemplateLibrary": "tide_dspy.templates",
     "load_instances": "tide_dspy.data",
     "load_benchmark": "tide_dspy.data",
+    "data_path": "tide_dspy.data.selection",
     "get_lm": "tide_dspy.backbones",
     "score_instance": "tide_dspy.metrics",
     "evaluate": "tide_dspy.evaluation",

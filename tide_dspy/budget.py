@@ -17,8 +17,6 @@ import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-import dspy
-
 from tide_dspy.backbones.providers import Prices
 from tide_dspy.schemas import Finding, GoldProblem, Instance
 from tide_dspy.util.argtypes import positive_float, positive_int
@@ -346,6 +344,8 @@ class Estimator:
                    reasoning={role: t.reasoning for role, t in present.items()})
 
     def _adapter(self):
+        import dspy  # on use: the cost flags above load without DSPy, so `tide --help` stays fast
+
         return self.adapter or dspy.settings.adapter or dspy.ChatAdapter()
 
     def _output(self, role: str, visible: int) -> int:

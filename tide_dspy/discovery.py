@@ -186,13 +186,14 @@ class DiscoveryProgram(dspy.Module):
         """The rendered templates the scan rates each artifact against (the scan's own, else the program's)."""
         return render_templates(self.scan_templates or self.templates)
 
-    def ranking(self, instance: Instance, on_scan=None) -> tuple[Ranking | None, ScanRecord | None]:
+    def ranking(self, instance: Instance, on_scan=None, on_progress=None) -> tuple[Ranking | None, ScanRecord | None]:
         """The scan's ranking of the instance's artifacts (None, None without scan); `on_scan(record)` hears of it
-        before any round runs."""
+        before any round runs, `on_progress(line)` how far the scan is as it goes."""
         if self.scanner is None:
             return None, None
+        warn_hosted_scan(self.scanner.rate.lm or dspy.settings.lm, len(instance.artifacts))
         ranking, record = scan_and_rank(self.scanner, instance, self.view(instance), self.scan_guidance(),
-                                        self.context_order_seed, self.focus_size)
+                                        self.context_order_seed, self.focus_size, on_progress)
         if on_scan:
             on_scan(record)
         return ranking, record
@@ -273,14 +274,27 @@ class DiscoveryProgram(dspy.Module):
         return next_state, record
 
 
+HOSTED_SCAN = ("this program scans first: %d call(s) on %s, one per artifact, before its rounds. The shipped scan "
+               "was measured on the embedded model; on a hosted backbone it costs a call per artifact. To run the "
+               "rounds alone: --no-scan, or program.scanner = None from Python")
+
+
+def warn_hosted_scan(lm, artifacts: int) -> None:
+    """Say, before a scan starts, what it costs on a hosted backbone (one call per artifact): a program compiled
+    with a scan for the embedded model, run on a paid one, would otherwise make them without a word."""
+    rules = rules_of(lm)
+    if rules.provider not in ("local", "openai-compatible"):
+        log.warning(HOSTED_SCAN, artifacts, getattr(lm, "tide_backbone", None) or getattr(lm, "model", "the LM"))
+
+
 class TIDE(DiscoveryProgram):
     """Iterative discovery: round t sees what rounds < t found and adds up to `per_round` new findings.
 
     guidance="templates" is TIDE; "none" is the Iter-only ablation; "demos" is Iter + Demos.
     """
 
-    def forward(self, case: Instance, on_round=None, on_scan=None) -> dspy.Prediction:
-        ranking, scan = self.ranking(case, on_scan)
+    def forward(self, case: Instance, on_round=None, on_scan=None, on_progress=None) -> dspy.Prediction:
+        ranking, scan = self.ranking(case, on_scan, on_progress)
         state, rounds = DiscoveryState(), []
         for t in range(1, self.max_rounds + 1):
             # After a failed round the state is unchanged, so the plain call would resend the failed prompt and
@@ -307,8 +321,8 @@ class SingleAgent(DiscoveryProgram):
         budget = (rounds or shape.rounds) * (per_round or shape.per_round)
         super().__init__(setting, max_rounds=1, per_round=max_findings or budget, **kwargs)
 
-    def forward(self, case: Instance, on_round=None, on_scan=None) -> dspy.Prediction:
-        ranking, scan = self.ranking(case, on_scan)
+    def forward(self, case: Instance, on_round=None, on_scan=None, on_progress=None) -> dspy.Prediction:
+        ranking, scan = self.ranking(case, on_scan, on_progress)
         state, record = self.run_round(case, DiscoveryState(), 1, self.per_round, focus=self.focus(ranking, []))
         if on_round:
             on_round(record)
@@ -329,8 +343,8 @@ class MultiAgent(DiscoveryProgram):
     def config(self) -> dict:
         return {**super().config(), "temperature": self.temperature}
 
-    def forward(self, case: Instance, on_round=None, on_scan=None) -> dspy.Prediction:
-        ranking, scan = self.ranking(case, on_scan)
+    def forward(self, case: Instance, on_round=None, on_scan=None, on_progress=None) -> dspy.Prediction:
+        ranking, scan = self.ranking(case, on_scan, on_progress)
         pooled, rounds = DiscoveryState(), []
         for t in range(1, self.max_rounds + 1):
             # Every call starts from the empty state; only the pooling sees earlier calls.

@@ -13,25 +13,18 @@ wins or loses F1 by being allowed more or fewer findings.
 
 Adding a method is one entry here, plus its test. Single-Agent with the template library in its prompt:
 
-    Method("single-templates", SingleAgent, guidance="templates",
+    Method("single-templates", "SingleAgent", guidance="templates",
            summary="one call that returns every finding at once, guided by the templates")
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from tide_dspy.discovery import (
-    TIDE,
-    ChanceBaseline,
-    DiscoveryProgram,
-    FirstListed,
-    LexicalJoin,
-    MultiAgent,
-    RandomBaseline,
-    SingleAgent,
-    TfidfSimilarity,
-)
+if TYPE_CHECKING:
+    from tide_dspy.discovery import DiscoveryProgram
+
 
 DEMOS = 3
 """How many solved train examples Iter + Demos shows in the template slot. The paper (Table 2, "Few-Shot as
@@ -43,17 +36,21 @@ functions with the issue and its patch), so a few already make the slot as long 
 
 @dataclass(frozen=True)
 class Method:
-    """One method: its name, the program class that runs it, and what guides its rounds."""
+    """One method: its name, the program class that runs it (by its name in discovery.PROGRAM_KINDS, so that this
+    table loads without DSPy and `--help` stays fast), what guides its rounds, and whether it is a chance floor."""
 
     name: str
-    program: type[DiscoveryProgram]
+    kind: str
     guidance: str = "none"  # templates | demos | none (discovery.GUIDANCE_KINDS)
     summary: str = ""  # what it does, in a line (docs/program.md's table says the same)
+    floor: bool = False  # a chance floor: it calls no model (a discovery.ChanceBaseline)
 
     @property
-    def floor(self) -> bool:
-        """A chance floor: it calls no model."""
-        return issubclass(self.program, ChanceBaseline)
+    def program(self) -> type[DiscoveryProgram]:
+        """The program class."""
+        from tide_dspy.discovery import PROGRAM_KINDS
+
+        return PROGRAM_KINDS[self.kind]
 
     @property
     def templates(self) -> bool:
@@ -67,15 +64,16 @@ class Method:
 
 
 METHODS: dict[str, Method] = {m.name: m for m in (
-    Method("tide", TIDE, "templates", "template-guided iterative discovery"),
-    Method("single", SingleAgent, summary="one call that returns every finding at once (at most T·k)"),
-    Method("multi", MultiAgent, summary="T independent calls of k findings, pooled and de-duplicated"),
-    Method("iter", TIDE, summary="the Iter-only ablation: iterative rounds without templates"),
-    Method("iter-demos", TIDE, "demos", f"Iter + Demos: {DEMOS} raw solved train examples in the template slot"),
-    Method("random", RandomBaseline, summary="a chance floor: T·k findings of random artifacts"),
-    Method("first-listed", FirstListed, summary="a chance floor: the artifacts in the order shown"),
-    Method("lexical-join", LexicalJoin, summary="a chance floor: artifacts that share rare tokens"),
-    Method("tfidf", TfidfSimilarity, summary="a chance floor: artifacts with the most alike TF-IDF vectors"),
+    Method("tide", "TIDE", "templates", "template-guided iterative discovery"),
+    Method("single", "SingleAgent", summary="one call that returns every finding at once (at most T·k)"),
+    Method("multi", "MultiAgent", summary="T independent calls of k findings, pooled and de-duplicated"),
+    Method("iter", "TIDE", summary="the Iter-only ablation: iterative rounds without templates"),
+    Method("iter-demos", "TIDE", "demos", f"Iter + Demos: {DEMOS} raw solved train examples in the template slot"),
+    Method("random", "RandomBaseline", summary="a chance floor: T·k findings of random artifacts", floor=True),
+    Method("first-listed", "FirstListed", summary="a chance floor: the artifacts in the order shown", floor=True),
+    Method("lexical-join", "LexicalJoin", summary="a chance floor: artifacts that share rare tokens", floor=True),
+    Method("tfidf", "TfidfSimilarity", summary="a chance floor: artifacts with the most alike TF-IDF vectors",
+           floor=True),
 )}
 
 

@@ -26,10 +26,12 @@ from tide_dspy.backbones.usage import entries_since, usage_mark, usage_tokens
 from tide_dspy.domains import ContextView, Setting, get_setting
 from tide_dspy.schemas import Finding, Instance
 from tide_dspy.util.fields import field_of
+from tide_dspy.util.text import rate_line
 
 log = logging.getLogger(__name__)
 
 SCAN_MAX_TOKENS = 64  # a digit, a template id and one sentence
+PROGRESS_SECONDS = 10.0  # a long scan says how far it is at most this often (and after its first and last call)
 TOP_LOGPROBS = 10  # alternatives per step: enough to hold all ten digits where the model weighs them
 # The rating comes first in the answer, so an answer cut off in its reason still holds it.
 _RATING = re.compile(r"suspicion\W{0,12}(\d)")
@@ -96,10 +98,10 @@ def recall_at(ranked: list[str] | tuple[str, ...], instance: Instance, n: int) -
 
 
 def scan_and_rank(scanner: Scanner, instance: Instance, view: ContextView, guidance: str, order_seed,
-                  focus_size: int) -> tuple[Ranking, ScanRecord]:
+                  focus_size: int, progress=None) -> tuple[Ranking, ScanRecord]:
     """Scan `instance` as `view` shows it and rank the result: the ranking, and the record with its ranked ids and
-    its recall of gold evidence at `focus_size`."""
-    record = scanner(instance, view, guidance)
+    its recall of gold evidence at `focus_size`. `progress(line)` hears how far the scan is as it goes."""
+    record = scanner(instance, view, guidance, progress=progress)
     ranking = rank(record.suspects, f"{order_seed}:{instance.instance_id}")
     record.ranked, record.focus_size = list(ranking.ids), focus_size
     record.recall_at_focus = recall_at(record.ranked, instance, focus_size)
@@ -136,15 +138,21 @@ class Scanner(dspy.Module):
         self.setting = get_setting(setting)
         self.rate = dspy.Predict(self.setting.scan_signature)
 
-    def forward(self, instance: Instance, view: ContextView, guidance: str) -> ScanRecord:
+    def forward(self, instance: Instance, view: ContextView, guidance: str, progress=None) -> ScanRecord:
+        """Rate each artifact of `view`; `progress(line)` (optional) hears `[scan] i/n artifacts, rate, ETA` after
+        the first call, then at most every PROGRESS_SECONDS, and after the last."""
         setting = self.setting
-        started = time.perf_counter()
+        started = last_said = time.perf_counter()
         lm = self.rate.lm or dspy.settings.lm
         mark = usage_mark(lm)
         suspects, failures, salvaged, from_probabilities = [], 0, 0, 0
         config = {"max_tokens": SCAN_MAX_TOKENS}
         probabilities = {"logprobs": True, "top_logprobs": TOP_LOGPROBS}  # {} once the backend refuses them
-        for artifact, handle in zip(view.artifacts, view.handles):
+        for n, (artifact, handle) in enumerate(zip(view.artifacts, view.handles)):
+            now = time.perf_counter()
+            if progress is not None and n and (n == 1 or now - last_said >= PROGRESS_SECONDS):
+                progress(f"[scan] {rate_line(n, len(view.artifacts), now - started, 'artifacts')}")
+                last_said = now
             # No handle in the prompt: a handle tells the position, and the rating must not depend on it (this
             # also lets shuffled views reuse the cached ratings).
             inputs = {"templates": guidance, "artifact": setting.render_artifact(artifact)}
@@ -179,6 +187,9 @@ class Scanner(dspy.Module):
                 log.warning("scan of %s failed: %s", artifact.id, exc)
                 suspects.append(Suspect(artifact_id=artifact.id, handle=handle, score=-1,
                                         reason=f"{type(exc).__name__}: {str(exc)[:200]}"))
+        if progress is not None and view.artifacts:
+            total = len(view.artifacts)
+            progress(f"[scan] {rate_line(total, total, time.perf_counter() - started, 'artifacts')}")
         entries = entries_since(lm, mark)
         tokens_in, tokens_out = usage_tokens(entries)
         return ScanRecord(suspects=suspects, lm_calls=len(entries), input_tokens=tokens_in, output_tokens=tokens_out,
@@ -210,9 +221,9 @@ class ScanOnly(dspy.Module):
         """The artifacts in the order the program's scan reads them."""
         return ContextView.of(instance, self.context_order_seed)
 
-    def forward(self, case: Instance, on_round=None, on_scan=None) -> dspy.Prediction:
+    def forward(self, case: Instance, on_round=None, on_scan=None, on_progress=None) -> dspy.Prediction:
         _, record = scan_and_rank(self.scanner, case, self.view(case), self.guidance, self.context_order_seed,
-                                  self.focus_size)
+                                  self.focus_size, on_progress)
         if on_scan:
             on_scan(record)
         return dspy.Prediction(findings=[], rounds=[], scan=record)

@@ -48,9 +48,19 @@ def tracking_error(uri: str | None, exc: BaseException) -> TrackingError:
                          "tracking, or --tracking-uri for another store")
 
 
+# MLflow's SQL store logs every database error with its whole traceback (ERROR, before it raises it); the error
+# itself reaches the user as one TrackingError line, so that log is kept for --verbose.
+_NOISY = ("mlflow.store.db.utils",)
+
+
 @contextmanager
 def tracking_errors(uri: str | None) -> Iterator[None]:
     """Any error of the MLflow calls inside becomes a TrackingError (one line, not MLflow's traceback)."""
+    loggers = [logging.getLogger(name) for name in _NOISY]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        if logger.getEffectiveLevel() > logging.DEBUG:
+            logger.setLevel(logging.CRITICAL)
     try:
         yield
     except TrackingError:
@@ -58,6 +68,9 @@ def tracking_errors(uri: str | None) -> Iterator[None]:
     except Exception as exc:  # noqa: BLE001 - whatever the store raises, the user gets one line
         log.debug("MLflow error", exc_info=True)
         raise tracking_error(uri, exc) from None
+    finally:
+        for logger, level in zip(loggers, levels):
+            logger.setLevel(level)
 
 
 # variable -> (the value configure_tracking set it to, the user's own value then). mlflow.set_tracking_uri and
@@ -281,16 +294,18 @@ def tracked_run(command: str, *, setting: str, backbone: str, params: dict | Non
             except Exception as exc:  # noqa: BLE001 - the step's own error is the one to report
                 log.warning("%s", tracking_error(uri, exc))
             raise
-        with tracking_errors(uri):
-            tracked.recorded.log()
+        try:
+            with tracking_errors(uri):
+                tracked.recorded.log()
+        except TrackingError as exc:  # the step's work is done and written: say what MLflow lacks, keep the result
+            log.warning("%s; the step finished and its files are written, but its metrics are not in MLflow", exc)
         status = "FINISHED"
     finally:
         try:
-            mlflow.end_run(status)
-        except Exception as exc:  # noqa: BLE001 - a store that fails at the end: one line, unless already failing
-            if status == "FINISHED":
-                raise tracking_error(uri, exc) from None
-            log.warning("%s", tracking_error(uri, exc))
+            with tracking_errors(uri):
+                mlflow.end_run(status)
+        except TrackingError as exc:  # a store that fails at the end: one line, and the step's result stands
+            log.warning("%s; the run is not marked %s in MLflow", exc, status)
 
 
 def model_name(setting: str, backbone: str) -> str:

@@ -1,26 +1,34 @@
-"""Backbones: named DSPy LMs (hosted, openai-compatible servers) and the embedded llama.cpp default."""
+"""Backbones: named DSPy LMs (hosted, openai-compatible servers) and the embedded llama.cpp default.
 
-from tide_dspy.backbones.calls import ProviderLM, RetryPolicy
-from tide_dspy.backbones.options import (
-    JudgeSpec,
-    LMOptions,
-    add_lm_options,
-    add_proposer_options,
-    lm_from_options,
-    proposer_from_options,
-)
-from tide_dspy.backbones.registry import (
-    BACKBONES,
-    DEFAULT_BACKBONE,
-    Backbone,
-    adapter_for,
-    describe_lm,
-    get_lm,
-    lm_context,
-    resolve,
-    serializes_calls,
-)
+Names are imported on first use, so that the command line's option definitions (backbones.options) and the
+provider rules load without DSPy: `tide --help` stays fast.
+"""
 
-__all__ = ["BACKBONES", "DEFAULT_BACKBONE", "Backbone", "JudgeSpec", "LMOptions", "ProviderLM", "RetryPolicy",
-           "adapter_for", "add_lm_options", "add_proposer_options", "describe_lm", "get_lm", "lm_context",
-           "lm_from_options", "proposer_from_options", "resolve", "serializes_calls"]
+from __future__ import annotations
+
+import importlib
+
+_EXPORTS = {
+    "ProviderLM": "tide_dspy.backbones.calls", "RetryPolicy": "tide_dspy.backbones.calls",
+    "JudgeSpec": "tide_dspy.backbones.options", "LMOptions": "tide_dspy.backbones.options",
+    "add_lm_options": "tide_dspy.backbones.options", "lm_from_options": "tide_dspy.backbones.options",
+    "add_proposer_options": "tide_dspy.backbones.options", "proposer_from_options": "tide_dspy.backbones.options",
+    **{name: "tide_dspy.backbones.registry" for name in (
+        "BACKBONES", "DEFAULT_BACKBONE", "Backbone", "adapter_for", "describe_lm", "get_lm", "lm_context", "resolve",
+        "serializes_calls")},
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'tide_dspy.backbones' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return __all__

@@ -3,9 +3,9 @@
 Every call of a hosted or served backbone passes here, whoever makes it (rounds, Multi's samples, judges, DSPy's
 Refine in distillation, Optuna's trials): its sampling parameters are shaped by the backbone's `ProviderRules`, and
 a call that failed for a transient reason (a 429, a timeout, a 5xx, a dropped connection) is retried under one
-`RetryPolicy`. DSPy's own retry loop is off (`num_retries=0`), so the wait is this module's alone: the provider's
-Retry-After when it sends one (seconds or an HTTP date, read by DSPy's clients), else an exponential backoff with
-jitter that outlasts a per-minute rate limit.
+`RetryPolicy`; a host name that does not resolve ends the call at once. DSPy's own retry loop is off
+(`num_retries=0`), so the wait is this module's alone: the provider's Retry-After when it sends one (seconds or an
+HTTP date, read by DSPy's clients), else an exponential backoff with jitter that outlasts a per-minute rate limit.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -66,6 +67,18 @@ def _retry_after(exc: BaseException) -> float | None:
     return float(value) if isinstance(value, (int, float)) and value >= 0 else None
 
 
+def unresolvable(exc: BaseException) -> bool:
+    """True when `exc` comes of a host name that did not resolve (a socket.gaierror in its chain): no network, or a
+    mistyped address. No wait changes that, so such a call is not retried."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, socket.gaierror):
+            return True
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
 def _why(exc: BaseException) -> str:
     status = getattr(exc, "status", None)
     return f"{type(exc).__name__}{f' (HTTP {status})' if status else ''}"
@@ -79,9 +92,14 @@ class _Retrier:
         self.rng = random.Random()
         self.lock = threading.Lock()
 
+    def __deepcopy__(self, memo) -> _Retrier:
+        """A deep copy of the LM (DSPy copies modules, and the LM a predictor holds, with copy.deepcopy) shares
+        this retrier, as its copy() does: one policy, one jitter source, and no lock to copy."""
+        return self
+
     def wait_for(self, exc: BaseException, attempt: int) -> float | None:
         """Seconds to wait before the next attempt, or None when `exc` ends the call."""
-        if attempt >= self.policy.num_retries or not is_retryable_lm_error(exc):
+        if attempt >= self.policy.num_retries or not is_retryable_lm_error(exc) or unresolvable(exc):
             return None
         hint = _retry_after(exc)
         if hint is not None and hint > self.policy.longest_wait:
@@ -124,15 +142,27 @@ class ProviderLM(dspy.LM):
 
     The sampling rules apply at construction, on `copy()` (DSPy's Refine and Optuna's trials copy the LM with a
     temperature) and on each call's own options. On a provider that caches only what it is asked to (Claude), each
-    call's static prefix is marked (backbones.prompt_caching). A served engine's cache identity (its address and the
-    model it serves) is read before the first call, so DSPy's cache never replays another server's answers."""
+    call's static prefix is marked (backbones.prompt_caching). DSPy's cache key leaves the address out (api_base),
+    so each call's key names where it goes: a served engine's cache identity (its address and the model it serves,
+    read before the first call) is its model string; a hosted backbone's (`cache_identity`, its address) rides in
+    the call's `rollout_id`, which DSPy keys on and never sends. Either way, DSPy's cache never replays the answers
+    of another address."""
 
-    def __init__(self, model: str, *, rules: ProviderRules, retry: RetryPolicy | None = None, **kwargs):
+    def __init__(self, model: str, *, rules: ProviderRules, retry: RetryPolicy | None = None,
+                 cache_identity: str | None = None, **kwargs):
         self.tide_rules = rules
         self.retry_policy = retry or RetryPolicy()
         self.tide_origin: ProviderLM | None = None  # the LM this one was copied from, first of the line
+        self.tide_cache_identity = cache_identity
         super().__init__(model, num_retries=0, **rules.sampling(kwargs))
         self._retrier = _Retrier(self.retry_policy, model.split("@")[0])
+
+    def _keyed(self, kwargs: dict) -> dict:
+        """The call's options with the address in its cache key (a rollout id of its own kept after it)."""
+        if self.tide_cache_identity is None:
+            return kwargs
+        rollout = kwargs.get("rollout_id", self.kwargs.get("rollout_id"))
+        return {**kwargs, "rollout_id": self.tide_cache_identity + ("" if rollout is None else f"#{rollout}")}
 
     def _identify(self) -> None:
         identity = getattr(self._engine_spec, "cache_identity", None)
@@ -148,7 +178,7 @@ class ProviderLM(dspy.LM):
         return shaped, kwargs, ((lambda: adapter_message_call(self, shaped)) if adapters else nullcontext)
 
     def __call__(self, prompt=None, *, messages=None, **kwargs):
-        messages, kwargs, context = self._shape(messages, kwargs)
+        messages, kwargs, context = self._shape(messages, self._keyed(kwargs))
 
         def once():
             self._identify()
@@ -158,7 +188,7 @@ class ProviderLM(dspy.LM):
         return self._retrier.run(once)
 
     async def acall(self, prompt=None, *, messages=None, **kwargs):
-        messages, kwargs, context = self._shape(messages, kwargs)
+        messages, kwargs, context = self._shape(messages, self._keyed(kwargs))
 
         async def once():
             await asyncio.to_thread(self._identify)

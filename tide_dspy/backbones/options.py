@@ -5,17 +5,19 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING
 
-import dspy
-
-from tide_dspy.backbones.registry import DEFAULT_BACKBONE, get_lm
+from tide_dspy.backbones.providers import DEFAULT_BACKBONE
 from tide_dspy.util.argtypes import count, non_negative_float, positive_float, positive_int
+
+if TYPE_CHECKING:
+    import dspy
 
 
 def add_lm_options(parser: argparse.ArgumentParser, *, with_backbone: bool = True) -> None:
     """The options every command that calls an LM takes: the one place they are defined (LMOptions reads them)."""
     if with_backbone:
-        parser.add_argument("--backbone", default="local",
+        parser.add_argument("--backbone", default=DEFAULT_BACKBONE,
                             help="backbone name (local, local-small, gpt-5-mini, ..., openai-compatible) or a raw DSPy "
                                  "model string")
     parser.add_argument(
@@ -121,6 +123,8 @@ def proposer_from_options(options: LMOptions) -> dspy.LM | None:
         if options.prompt_api_base:
             raise ValueError("--prompt-api-base needs --prompt-model BACKBONE")
         return None
+    from tide_dspy.backbones.registry import get_lm
+
     lm = get_lm(options.prompt_model, api_base=options.prompt_api_base, **options.retry_options())
     if not options.no_check:
         from tide_dspy.backbones.preflight import require_ready
@@ -135,6 +139,10 @@ def lm_from_options(options: LMOptions, backbone: str | None = None) -> dspy.LM:
 
     An LM the caller has configured (`dspy.configure(lm=...)` or `dspy.context(lm=...)`) is used instead. That is
     the seam through which tests, and programs that run a command in-process, supply their own LM."""
+    import dspy
+
+    from tide_dspy.backbones.registry import get_lm
+
     if dspy.settings.lm is not None:
         return dspy.settings.lm
     name = backbone or options.backbone

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from dspy.utils.exceptions import LMAuthError, LMError, LMNotConfiguredError, LMUnsupportedModelError
 
+from tide_dspy.backbones.calls import unresolvable
 from tide_dspy.backbones.registry import provider_address, resolve
 from tide_dspy.util.secrets import scrub_text
 
@@ -55,6 +56,14 @@ def _describe(lm) -> CheckReport:
     backbone = resolve(getattr(lm, "tide_backbone", None) or getattr(lm, "model", ""))
     rules = getattr(lm, "tide_rules", backbone.rules)
     engine = getattr(lm, "engine", None)
+    if backbone.kind == "local":  # in this process: no address, client, key or price to speak of
+        structured = ("a llama.cpp grammar compiled from the output schema" if getattr(engine, "constrained", False)
+                      else "JSON asked for in the prompt (TIDE_CONSTRAINED=0)")
+        n_ctx = getattr(engine, "n_ctx", None)
+        return CheckReport(backbone.name, backbone.note or backbone.model, backbone.kind, None, False,
+                           "nowhere: it runs in this process, offline", "tide-dspy's embedded llama.cpp engine",
+                           structured, f"{n_ctx:,} tokens (TIDE_N_CTX)" if n_ctx else "the engine's",
+                           "free: it runs on this machine")
     if backbone.kind == "openai-compatible":
         address, client = getattr(engine, "api_base", "?"), f"tide-dspy's served engine ({engine.schema_format})"
     else:
@@ -85,6 +94,9 @@ def _problem(exc: BaseException, report: CheckReport) -> str:
     status = getattr(exc, "status", None)
     # The provider's own words, first line only (a client's advice below it names options tide-dspy does not have).
     detail = scrub_text(str(getattr(exc, "message", None) or exc).strip().splitlines()[0])[:300]
+    if unresolvable(exc):
+        return (f"cannot reach {report.address}: its host name does not resolve ({detail}); check that this machine "
+                "is online and its DNS works, and that --api-base (or the provider's base variable) is spelled right")
     if isinstance(exc, LMNotConfiguredError):
         return f"no key: set {report.key_env} ({detail})"
     if isinstance(exc, LMAuthError) or status in (401, 403) or (status == 400 and "api key" in detail.lower()):

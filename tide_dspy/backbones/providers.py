@@ -92,6 +92,10 @@ class ProviderRules:
 UNKNOWN = ProviderRules("unknown", accepts_temperature=False, accepts_seed=False, schema_dialect="conservative",
                         max_enum_values=500, prompt_cache="none")
 
+# The backbone a command runs on unless told otherwise: the embedded Qwen2.5-Coder 1.5B (backbones.registry names
+# it). Here, beside the rules, so that the command line's options read it without loading the registry.
+DEFAULT_BACKBONE = "local"
+
 # The embedded engine and openai-compatible servers compile the full schema (llama.cpp grammars, vLLM guided
 # decoding); their windows are the engine's n_ctx / the server's own, and no price applies.
 LOCAL = ProviderRules("local", schema_dialect="full", prompt_cache="none")

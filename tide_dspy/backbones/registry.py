@@ -26,6 +26,7 @@ from tide_dspy.backbones.llamacpp import DEFAULT_MAX_TOKENS, DEFAULT_N_CTX, Llam
 from tide_dspy.backbones.providers import (
     ANTHROPIC_SONNET_45,
     DASHSCOPE_QWEN_36_FLASH,
+    DEFAULT_BACKBONE,
     GEMINI_35_FLASH,
     LOCAL,
     OPENAI_COMPATIBLE,
@@ -35,6 +36,7 @@ from tide_dspy.backbones.providers import (
     rules_for_model,
 )
 from tide_dspy.backbones.served import ServedEngine
+from tide_dspy.util.hashing import short_sha256
 from tide_dspy.util.secrets import scrub_secrets, scrub_text
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -80,7 +82,6 @@ KEY_ENV = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY", "gemini
 BASE_ENV = {"openai": ("OPENAI_API_BASE", "OPENAI_BASE_URL"), "anthropic": ("ANTHROPIC_API_BASE", "ANTHROPIC_BASE_URL"),
             "gemini": ("GEMINI_API_BASE", "GEMINI_BASE_URL"), "dashscope": ("DASHSCOPE_API_BASE", "DASHSCOPE_BASE_URL")}
 
-DEFAULT_BACKBONE = "local"
 
 
 def _env(name: str, cast):
@@ -250,8 +251,11 @@ def hosted_lm(backbone: Backbone, *, api_base: str | None, temperature: float | 
         options["api_base"] = api_base
     if timeout is not None:
         options["timeout"] = timeout
+    # DSPy's cache key leaves the address out: the cache identity puts it back, so answers cached from a simulator,
+    # a gateway or another provider address are never replayed for this one.
+    identity = f"{backbone.model}@{short_sha256(address or 'provider-endpoint', length=10)}"
     lm = ProviderLM(backbone.model, rules=backbone.rules, retry=retry, temperature=temperature, max_tokens=max_tokens,
-                    **options)
+                    cache_identity=identity, **options)
     lm.tide_native_client = uses_native_client(lm)  # where prompt-cache marks go (backbones.prompt_caching)
     return lm
 

@@ -73,6 +73,11 @@ class ServedEngine:
         self._served: str | None = None
         self._lock = threading.Lock()
 
+    def __deepcopy__(self, memo) -> ServedEngine:
+        """The LM's copies borrow this engine (DSPy's rule for custom engines): a deep copy of the LM shares it, so
+        the served model is read once and no lock is copied."""
+        return self
+
     # ---- which server, serving which model: DSPy's cache key ----
     def identity_string(self, served: str | None = None) -> str:
         name = served or self.model or "default"

@@ -5,8 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from tide_dspy.backbones import LMOptions, add_lm_options, get_lm, resolve
-from tide_dspy.backbones.preflight import check_lm
+from tide_dspy.backbones.options import LMOptions, add_lm_options
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -18,6 +17,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_check(args: argparse.Namespace) -> int:
+    from tide_dspy.backbones import get_lm, resolve
+    from tide_dspy.backbones.preflight import check_lm
+
     options = LMOptions.from_namespace(args)
     checks = [(args.backbone, dict(api_base=options.api_base, temperature=options.temperature,
                                    max_tokens=options.max_tokens, **options.retry_options(),

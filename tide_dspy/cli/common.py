@@ -8,8 +8,22 @@ import sys
 from pathlib import Path
 
 from tide_dspy.backbones.options import add_lm_options
-from tide_dspy.domains import SETTING_NAMES, per_setting
 from tide_dspy.util.argtypes import fraction, positive_int
+
+
+def setting_name(text: str) -> str:
+    """An argparse type for --setting: a name of tide_dspy.domains.SETTING_NAMES. The settings are read only when a
+    value is parsed, so building the parser and printing its help load no DSPy: `--help` stays fast."""
+    from tide_dspy.domains import SETTING_NAMES
+
+    if text not in SETTING_NAMES:
+        raise argparse.ArgumentTypeError(f"unknown setting {text!r}: choose one of {', '.join(SETTING_NAMES)}")
+    return text
+
+
+SETTING_HELP = ("the benchmark setting: workspace (a person's mail, calendar and documents; actions) or repository "
+                "(a Python project's functions; patches); it picks the data folder, the round signature and the "
+                "defaults (docs/settings.md)")
 
 
 def add_sandbox_options(p: argparse.ArgumentParser, needs: str) -> None:
@@ -76,7 +90,7 @@ def command_line(args: argparse.Namespace) -> str:
 # ---- option groups of distill / compile / tune / evaluate ----
 
 def add_data_options(p: argparse.ArgumentParser, split: str) -> None:
-    p.add_argument("--setting", choices=SETTING_NAMES, required=split != "test")
+    p.add_argument("--setting", type=setting_name, metavar="SETTING", required=split != "test", help=SETTING_HELP)
     p.add_argument("--split", default=split, help=f"data split (default: {split})")
     p.add_argument("--data", default=None,
                    help="the setting's data: a set's folder, one version's folder, or a JSONL file or folder of your "
@@ -108,7 +122,7 @@ def add_program_options(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--max-evidence", type=positive_int, default=None,
                    help="the most artifacts one finding may cite "
-                        f"(default: the setting's, {per_setting('max_evidence')})")
+                        "(default: the setting's, as docs/program.md lists)")
     p.add_argument("--shuffle-context", type=int, default=None, metavar="SEED",
                    help="show the artifacts in a seeded shuffled order (to measure position effects)")
     p.add_argument("--scan", type=positive_int, default=None, metavar="N",

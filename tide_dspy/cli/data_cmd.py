@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import argparse
 
-from tide_dspy.backbones import add_lm_options
-from tide_dspy.domains import SETTING_NAMES, WORKSPACE
+from tide_dspy.backbones.options import add_lm_options
+from tide_dspy.cli.common import setting_name
 from tide_dspy.util.argtypes import count, positive_int
 
 GENERATE_DESCRIPTION = """\
@@ -33,8 +33,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     stats = sub.add_parser("stats", help="instances, problems, artifacts and evidence by split")
     stats.add_argument("path", help="a JSONL file or a folder of JSONL files, or a versioned set's folder")
     stats.add_argument("--data-version", default=None, help="the version of a versioned set (default: its highest)")
-    stats.add_argument("--setting", choices=SETTING_NAMES, default=None,
-                       help="force the format (default: detected from the records)")
+    stats.add_argument("--setting", type=setting_name, metavar="SETTING", default=None,
+                       help="force the format, workspace or repository (default: detected from the records)")
     stats.add_argument("--split", default=None, help="only this split (train, test, ...)")
     stats.add_argument("--skip-invalid", action="store_true", help="skip invalid records, and list them")
     stats.set_defaults(func=run_stats)
@@ -108,6 +108,7 @@ def run_stats(args: argparse.Namespace) -> int:
 def run_check(args: argparse.Namespace) -> int:
     from tide_dspy.data.set_check import check_data
     from tide_dspy.data.sets import data_root, versions
+    from tide_dspy.domains import SETTING_NAMES, WORKSPACE
     from tide_dspy.floors import floor_scores, format_floors, split_rows
 
     if args.path is not None:

@@ -85,11 +85,15 @@ ALL_ROUNDS_FAILED = 3  # exit status of a run in which no round produced usable 
 
 def _report(result, args: argparse.Namespace) -> int:
     from tide_dspy.product import write_report
+    from tide_dspy.product.report import embedded_note
     from tide_dspy.util.text import print_line
 
     paths = write_report(result, args.out)
     print_line(f"report: {paths['report.md']} (also {paths['report.html'].name}, {paths['findings.json'].name}, "
                f"{paths['run.json'].name})")
+    note = embedded_note(result)
+    if note:
+        print_line(f"note: {note}")
     if result.every_round_failed():
         print_line(f"tide: error: every round failed ({len(result.rounds)} of {len(result.rounds)}), so the report's "
                    f"'no findings' means nothing; first error: {result.first_error()}", file=sys.stderr)

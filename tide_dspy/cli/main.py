@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import logging
 import os
@@ -51,9 +52,32 @@ def configure_logging(verbose: bool) -> None:
     logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING, handlers=[handler])
 
 
+def leaf_parser(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.ArgumentParser:
+    """The (sub)parser of the command `args` ran: `tide discover repo` -> the parser of `repo`."""
+    while True:
+        sub = next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
+        name = getattr(args, sub.dest, None) if sub is not None else None
+        if name not in (sub.choices if sub is not None else {}):
+            return parser
+        parser = sub.choices[name]
+
+
+def parse_args(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    """`parser.parse_args(argv)`, but an unknown option is named with the closest option of its command
+    (`--rouns` -> did you mean --rounds?), by the command's own parser (exit 2)."""
+    args, extras = parser.parse_known_args(argv)
+    if extras:
+        leaf = leaf_parser(parser, args)
+        known = [s for action in leaf._actions for s in action.option_strings if s.startswith("--")]
+        hints = [f"{extra.split('=')[0]} -> did you mean {close[0]}?" for extra in extras if extra.startswith("--")
+                 for close in [difflib.get_close_matches(extra.split("=")[0], known, n=1, cutoff=0.6)] if close]
+        leaf.error(f"unrecognized arguments: {' '.join(extras)}" + (f" ({'; '.join(hints)})" if hints else ""))
+    return args
+
+
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-    args = build_parser().parse_args(argv)
+    args = parse_args(build_parser(), argv)
     configure_logging(args.verbose)
     try:
         return int(args.func(args) or 0)

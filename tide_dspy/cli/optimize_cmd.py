@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
 
-from tide_dspy import workflows
-from tide_dspy.backbones import LMOptions, add_proposer_options, lm_from_options, proposer_from_options
+from tide_dspy.backbones.options import LMOptions, add_proposer_options, lm_from_options, proposer_from_options
 from tide_dspy.budget import Limits, add_cost_options, add_max_cost_option
 from tide_dspy.cli.common import (
     add_data_options,
@@ -24,11 +24,12 @@ from tide_dspy.cli.common import (
     command_line,
     sandbox_options,
 )
-from tide_dspy.data.selection import Selection
-from tide_dspy.domains import get_setting
-from tide_dspy.evaluation import format_table
 from tide_dspy.methods import METHODS, floor_methods, lm_methods
 from tide_dspy.util.argtypes import count, percentage, positive_float, positive_int
+
+if TYPE_CHECKING:
+    from tide_dspy import workflows
+    from tide_dspy.data.selection import Selection
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -138,6 +139,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 # ---- options -> library calls ----
 
 def _selection(args: argparse.Namespace) -> Selection:
+    from tide_dspy.data.selection import Selection
+    from tide_dspy.domains import get_setting
+
     ids = [i.strip() for i in args.ids.split(",") if i.strip()] if args.ids else None
     setting = get_setting(args.setting) if args.setting else None  # the one lookup of --setting
     return Selection(setting=setting, split=args.split, data=args.data, data_version=args.data_version, ids=ids,
@@ -147,6 +151,8 @@ def _selection(args: argparse.Namespace) -> Selection:
 def _common(args: argparse.Namespace) -> dict:
     """The options every step takes: its instances, its LM (made once the inputs check out), where it writes and
     how it is tracked."""
+    from tide_dspy import workflows
+
     options = LMOptions.from_namespace(args)
     return dict(
         lm=lambda: lm_from_options(options),
@@ -179,6 +185,8 @@ def print_estimate(estimate) -> int:
 
 
 def _shape(args: argparse.Namespace) -> workflows.ProgramShape:
+    from tide_dspy import workflows
+
     return workflows.ProgramShape(rounds=args.rounds, per_round=args.per_round, max_evidence=args.max_evidence,
                                   shuffle_context=args.shuffle_context, scan=args.scan)
 
@@ -186,6 +194,8 @@ def _shape(args: argparse.Namespace) -> workflows.ProgramShape:
 # ---- commands ----
 
 def run_distill(args: argparse.Namespace) -> int:
+    from tide_dspy import workflows
+
     r = workflows.distill(_selection(args), max_cases=args.max_cases, max_attempts=args.max_attempts,
                           merge_threshold=args.merge_threshold, max_templates=args.max_templates, **_common(args))
     print(f"{r.templates} templates from {r.cases} solved cases: {r.passed} passed the abstraction "
@@ -200,6 +210,8 @@ def run_distill(args: argparse.Namespace) -> int:
 
 
 def run_compile(args: argparse.Namespace) -> int:
+    from tide_dspy import workflows
+    from tide_dspy.evaluation import format_table
     from tide_dspy.optimize import SCAN_RECALL
     from tide_dspy.trials import Budget
 
@@ -252,6 +264,8 @@ def compile_verdict(r: workflows.CompileResult) -> str:
 
 
 def run_tune(args: argparse.Namespace) -> int:
+    from tide_dspy import workflows
+
     if args.dry_run:
         return print_estimate(workflows.estimate_tune(
             _selection(args), trials=args.trials, templates=args.templates, program=args.program,
@@ -271,6 +285,9 @@ def run_tune(args: argparse.Namespace) -> int:
 
 
 def run_evaluate(args: argparse.Namespace) -> int:
+    from tide_dspy import workflows
+    from tide_dspy.evaluation import format_table
+
     if args.dry_run:
         return print_estimate(workflows.estimate_split(
             _selection(args), program=args.program, method=args.method, shape=_shape(args), templates=args.templates,
@@ -289,10 +306,31 @@ def run_evaluate(args: argparse.Namespace) -> int:
     print(f"{r.seconds}s; results -> {r.results_path}")
     if (r.result.budget or {}).get("stopped"):
         return STOPPED_AT_BUDGET
-    return every_instance_failed(r.result)
+    return nothing_scored(r.result) or every_instance_failed(r.result)
 
 
 STOPPED_AT_BUDGET = 4  # exit status of an evaluation that --max-cost stopped before every instance ran
+
+
+def nothing_scored(result) -> int:
+    """ALL_ROUNDS_FAILED with a line naming the flag that fixes it when every selected instance was left out as over
+    the backbone's window, so the table scores none; else 0."""
+    import re
+
+    from tide_dspy.cli.discover_cmd import ALL_ROUNDS_FAILED
+    from tide_dspy.util.text import print_line
+
+    if result.n_instances or not result.n_skipped:
+        return 0
+    windows = [int(m.group(1).replace(",", "")) for why in result.skipped.values()
+               for m in [re.search(r"over the ([\d,]+)-token window", why)] if m]
+    example = f" (e.g. --max-context-tokens {min(windows) // 2})" if windows else ""
+    print_line(f"tide: error: no instance was scored: the {result.n_skipped} selected were all over the backbone's "
+               f"window (the table above lists why). Pass --max-context-tokens N to select the instances whose "
+               f"context fits N tokens, smallest first{example}, instead of --limit or --ids alone (or a smaller "
+               "--max-tokens, where the output asked for takes most of the window; or a backbone with a larger one)",
+               file=sys.stderr)
+    return ALL_ROUNDS_FAILED
 
 
 def every_instance_failed(result) -> int:

@@ -91,11 +91,12 @@ def file_candidates(rel_path: str, source: str) -> list[Artifact]:
     return artifacts
 
 
-def read_source(path: Path) -> str:
-    """Source text decoded per PEP 263, with universal newlines (so ast line numbers index `split('\\n')`).
+def read_source(root: Path, rel: str) -> str:
+    """Source text of `rel` under `root` decoded per PEP 263, with universal newlines (so ast line numbers index
+    `split('\\n')`).
 
-    Only a regular file within safe_files.MAX_FILE_BYTES is read."""
-    data = read_capped(path)
+    Only a regular file within safe_files.MAX_FILE_BYTES is read, never through a link out of root."""
+    data = read_capped(root, rel)
     encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
     return io.TextIOWrapper(io.BytesIO(data), encoding).read()
 
@@ -115,7 +116,7 @@ def parse_candidates(root: str | Path, files: Iterable[str] | None = None) -> li
         if not path.is_file():
             raise FileNotFoundError(f"{path}: no such file under {root}; pass paths relative to the root")
         try:
-            artifacts.extend(file_candidates(rel, read_source(path)))
+            artifacts.extend(file_candidates(rel, read_source(root, rel)))
         except UnsafeFileError as exc:
             logger.warning("%s: skipped, %s", rel, exc)
         except (SyntaxError, UnicodeDecodeError, ValueError) as exc:

@@ -7,7 +7,6 @@ directory that is not part of any repository.
 from __future__ import annotations
 
 import io
-import os
 import shutil
 import subprocess
 import tarfile
@@ -17,6 +16,7 @@ from pathlib import Path
 
 from tide_dspy.util.diffs import hunks
 from tide_dspy.util.git import run_git
+from tide_dspy.util.safe_write import remove_tree
 
 
 def _git(args: list[str], *, cwd: Path | None = None, input: bytes | None = None,
@@ -100,15 +100,9 @@ class Snapshot:
         return other
 
     def close(self) -> None:
-        """Remove the directory, also where the tests that ran in it took away their own permissions."""
-        shutil.rmtree(self.root, ignore_errors=True)
-        if self.root.exists():
-            os.chmod(self.root, 0o700)
-            for folder, dirnames, _ in os.walk(self.root):  # never descends into links
-                for name in dirnames:
-                    if not os.path.islink(os.path.join(folder, name)):  # chmod would follow a link out
-                        os.chmod(os.path.join(folder, name), 0o700)
-            shutil.rmtree(self.root, ignore_errors=True)
+        """Remove the directory, however deep, also where tests that ran in it (unsandboxed) took away their own
+        permissions (util.safe_write.remove_tree)."""
+        remove_tree(self.root)
 
     def __enter__(self) -> Snapshot:
         return self

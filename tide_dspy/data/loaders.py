@@ -91,7 +91,8 @@ def load_with_report(path: str | Path, setting: str | None = None, split: str | 
     in which case each is logged as a warning and listed in `skipped`.
 
     `setting` (workspace|repository) forces the format; by default each record's setting is detected and a
-    file may not mix settings. `split` keeps only instances of that split; a split no record has is an error.
+    file may not mix settings. `split` keeps only instances of that split; a split no record has is an error that
+    names the splits there are.
     """
     if setting is not None and setting not in SETTING_NAMES:
         raise ValueError(f"setting={setting!r}: use one of {', '.join(SETTING_NAMES)}")

@@ -27,7 +27,7 @@ from tide_dspy.data.git_tools import GitClone, changed_old_lines
 from tide_dspy.data.loaders import jsonl_lines, load_instances
 from tide_dspy.domains import REPOSITORY
 from tide_dspy.schemas import Artifact
-from tide_dspy.util.diffs import touched_paths
+from tide_dspy.util.diffs import patch_files
 from tide_dspy.util.safe_write import append_text, write_text
 
 logger = logging.getLogger(__name__)
@@ -49,7 +49,7 @@ class Row:
 
     @property
     def py_paths(self) -> list[str]:
-        return [p for p in touched_paths(self.patch) if p.endswith(".py")]
+        return [p for p in patch_files(self.patch) if p.endswith(".py")]
 
 
 @dataclass
@@ -107,7 +107,7 @@ class AnchorFiles:
     """The files of one anchor that any row touches, parsed once."""
 
     def __init__(self, clone: GitClone, anchor: str, rows: list[Row]):
-        paths = list(dict.fromkeys(p for r in rows for p in touched_paths(r.patch)))
+        paths = list(dict.fromkeys(p for r in rows for p in patch_files(r.patch)))
         self.anchor = anchor
         self.snapshot = clone.snapshot(anchor, paths)
         self.present = {p for p in paths if (self.snapshot.tree / p).is_file()}
@@ -116,7 +116,7 @@ class AnchorFiles:
     def functions(self, path: str) -> list[Artifact]:
         if path not in self._functions:
             try:
-                self._functions[path] = file_candidates(path, read_source(self.snapshot.tree / path))
+                self._functions[path] = file_candidates(path, read_source(self.snapshot.tree, path))
             except (SyntaxError, ValueError) as exc:
                 logger.warning("%s at %s: does not parse (%s); no functions from it", path, self.anchor[:12], exc)
                 self._functions[path] = []
@@ -259,7 +259,7 @@ class RepoBuilder:
         }
 
     def _applies_at(self, sha: str, patch: str) -> bool:
-        with self.clone.snapshot(sha, touched_paths(patch)) as snap:
+        with self.clone.snapshot(sha, patch_files(patch)) as snap:
             return snap.applies(patch)
 
     def _same_code(self, row: Row, evidence: list[str], files: AnchorFiles) -> bool | None:
@@ -271,7 +271,7 @@ class RepoBuilder:
             at_base = {}
             for p in paths:
                 if (base.tree / p).is_file():
-                    at_base.update({f.id: f.payload["code"] for f in file_candidates(p, read_source(base.tree / p))})
+                    at_base.update({f.id: f.payload["code"] for f in file_candidates(p, read_source(base.tree, p))})
         return all(at_base.get(e) == at_anchor[e] for e in evidence)
 
 

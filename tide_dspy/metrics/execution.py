@@ -31,7 +31,6 @@ from tide_dspy.sandbox import (
     nodeid_key,
     parse_command,
     patch_concerns,
-    require_executable,
     run_tests,
 )
 from tide_dspy.schemas import Finding, GoldProblem, Instance
@@ -101,11 +100,10 @@ class ExecutionJudge:
             raise ValueError(f"--verify-command {command!r}: the tests are pytest node ids, so the command must run "
                              "pytest (e.g. \"python -m pytest -q\")")
         self.sandbox = Sandbox(self.clone.path, self.argv, sandbox)
-        require_executable(self.argv, self.clone.path, self.sandbox.env)
+        self.sandbox.require_executable(self.argv, self.clone.path)
 
     def _run(self, snap: Snapshot, tests: list[str]) -> TestRun:
-        return run_tests(self.argv, snap.tree, self.timeout, sandbox=self.sandbox, results=snap.root / "results",
-                         tests=tests)
+        return run_tests(self.argv, snap.tree, self.timeout, sandbox=self.sandbox, tests=tests)
 
     def problem(self, base: Snapshot, problem: GoldProblem, finding: Finding | None, index: int | None) -> ProblemRun:
         f2p, p2p = problem_tests(problem)

@@ -7,8 +7,7 @@ ids; moving a file does. A file that cannot be read is reported with its name an
 
 from __future__ import annotations
 
-import mailbox
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from email import policy
@@ -19,7 +18,7 @@ from pathlib import Path
 
 import icalendar
 
-from tide_dspy.data.safe_files import FileListing, list_files, matches_any, read_capped
+from tide_dspy.data.safe_files import FileListing, list_files, matches_any, read_capped, read_file
 from tide_dspy.schemas import Artifact
 from tide_dspy.util.hashing import short_sha256
 
@@ -167,40 +166,59 @@ def _parsed_payload(data: bytes, notes: list[str]) -> tuple[EmailMessage, dict, 
         raise IngestError(TOO_DEEP) from None
 
 
-def read_eml(path: Path, reading: Reading) -> list[tuple[str, dict, str | None]]:
-    msg, payload, created = _parsed_payload(read_capped(path), reading.notes)
+def read_eml(root: Path, rel: str, reading: Reading) -> list[tuple[str, dict, str | None]]:
+    msg, payload, created = _parsed_payload(read_capped(root, rel), reading.notes)
     return [(str(msg["Message-ID"] or "").strip() or "#0", payload, created)]
 
 
-def read_mbox(path: Path, reading: Reading) -> list[tuple[str, dict, str | None]]:
+def mbox_messages(data: bytes) -> Iterator[bytes]:
+    """The messages of an mbox file's bytes, each without its `From ` separator line, split where Python's
+    mailbox.mbox splits them (a line that starts with `From `; the blank line before it belongs to neither). The
+    bytes come from read_capped, so the file is read once, safely, and never reopened by name."""
+    lines = data.splitlines(keepends=True)
+    message: list[bytes] | None = None
+    for line in lines:
+        if line.startswith(b"From "):
+            if message is not None:
+                yield _without_separator(message)
+            message = []
+        elif message is not None:
+            message.append(line)
+    if message is not None:
+        yield _without_separator(message)
+
+
+def _without_separator(lines: list[bytes]) -> bytes:
+    if lines and not lines[-1].strip():
+        lines = lines[:-1]
+    return b"".join(lines)
+
+
+def read_mbox(root: Path, rel: str, reading: Reading) -> list[tuple[str, dict, str | None]]:
     """Every message; one nested too deeply is left out (listed in `reading.skipped`) and the rest are read. A
     large mbox reports messages and megabytes read as it goes."""
-    size = path.stat().st_size
+    name = Path(rel).name
+    data = read_capped(root, rel)
+    size = len(data)
     report = size > MBOX_PROGRESS_BYTES
     if report:
-        reading.progress(f"reading {path.name} ({size / 2**20:.1f} MB)")
-    box = mailbox.mbox(path, create=False)
+        reading.progress(f"reading {name} ({size / 2**20:.1f} MB)")
     items, done, next_report = [], 0, MBOX_PROGRESS_BYTES
-    try:
-        for index, key in enumerate(box.iterkeys()):
-            data = box.get_bytes(key)
-            done += len(data)
-            try:
-                msg, payload, created = _parsed_payload(data, reading.notes)
-            except IngestError as exc:
-                if str(exc) != TOO_DEEP:
-                    raise IngestError(f"message {index + 1}: {exc}") from None
-                reading.skipped.append((f"message {index + 1}", str(exc)))
-                continue
-            items.append((str(msg["Message-ID"] or "").strip() or f"#{index}", payload, created))
-            if report and done >= next_report:
-                reading.progress(f"reading {path.name}: {index + 1} messages, {done / 2**20:.1f} of "
-                                 f"{size / 2**20:.1f} MB")
-                next_report += MBOX_PROGRESS_BYTES
-    finally:
-        box.close()
+    for index, message in enumerate(mbox_messages(data)):
+        done += len(message)
+        try:
+            msg, payload, created = _parsed_payload(message, reading.notes)
+        except IngestError as exc:
+            if str(exc) != TOO_DEEP:
+                raise IngestError(f"message {index + 1}: {exc}") from None
+            reading.skipped.append((f"message {index + 1}", str(exc)))
+            continue
+        items.append((str(msg["Message-ID"] or "").strip() or f"#{index}", payload, created))
+        if report and done >= next_report:
+            reading.progress(f"reading {name}: {index + 1} messages, {done / 2**20:.1f} of {size / 2**20:.1f} MB")
+            next_report += MBOX_PROGRESS_BYTES
     if report:
-        reading.progress(f"read {path.name}: {len(items)} messages ({done / 2**20:.1f} MB)")
+        reading.progress(f"read {name}: {len(items)} messages ({done / 2**20:.1f} MB)")
     if not items:
         raise IngestError("no messages found (an mbox file starts each message with a 'From ' line)"
                           if not reading.skipped else "no message could be read")
@@ -253,9 +271,9 @@ def event_payload(event) -> tuple[dict, str | None]:
     return payload, iso(created) or None
 
 
-def read_ics(path: Path, reading: Reading) -> list[tuple[str, dict, str | None]]:
+def read_ics(root: Path, rel: str, reading: Reading) -> list[tuple[str, dict, str | None]]:
     try:
-        calendar = icalendar.Calendar.from_ical(read_capped(path))
+        calendar = icalendar.Calendar.from_ical(read_capped(root, rel))
     except ValueError as exc:
         raise IngestError(f"not an iCalendar file ({exc})") from None
     items = []
@@ -272,9 +290,11 @@ def read_ics(path: Path, reading: Reading) -> list[tuple[str, dict, str | None]]
 
 # ---- documents ----
 
-def read_document(path: Path, reading: Reading) -> list[tuple[str, dict, str | None]]:
+def read_document(root: Path, rel: str, reading: Reading) -> list[tuple[str, dict, str | None]]:
+    path = Path(rel)
+    data, info = read_file(root, rel)
     try:
-        text = read_capped(path).decode("utf-8-sig")
+        text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise IngestError(f"not UTF-8 text (byte {exc.start}); convert it to UTF-8") from None
     if not text.strip():
@@ -283,7 +303,7 @@ def read_document(path: Path, reading: Reading) -> list[tuple[str, dict, str | N
     title = path.stem
     if mime == "text/markdown":
         title = next((line.lstrip("#").strip() for line in text.splitlines() if line.startswith("#")), title)
-    modified = datetime.fromtimestamp(path.stat().st_mtime)
+    modified = datetime.fromtimestamp(info.st_mtime)
     return [("#0", {"title": title, "mime": mime, "content": text.strip()}, iso(modified))]
 
 
@@ -324,7 +344,7 @@ def ingest_workspace(root: str | Path, *, exclude: Iterable[str] = (),
         reading = Reading(progress=progress)
         notes = reading.notes
         try:
-            items = read(root / rel, reading)
+            items = read(root, rel, reading)
         except (IngestError, ValueError, UnicodeError, LookupError, OSError) as exc:
             result.skipped.append(Skipped(rel, str(exc) or type(exc).__name__))
             continue

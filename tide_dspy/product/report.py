@@ -10,7 +10,6 @@ util.text.cap_finding). Every file is scrubbed of secrets and written through ut
 from __future__ import annotations
 
 import html
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +21,7 @@ from tide_dspy.product.verify import NOT_RUN, VERIFIED, PatchVerification
 from tide_dspy.schemas import Finding
 from tide_dspy.util.safe_write import write_text
 from tide_dspy.util.secrets import scrub_text
-from tide_dspy.util.text import printable
+from tide_dspy.util.text import json_text, printable
 
 REPORT_MODEL_CHARS = 1_000_000  # model text one report shows; the findings after that are listed cut
 CUT_FINDING = "[cut: this report already shows its limit of model text; the finding is in findings.json]"
@@ -158,11 +157,29 @@ def failed_round_lines(result: DiscoverResult) -> list[str]:
     return [f"{where(wr)}: {wr.record.error or 'no parseable output'}" for wr in result.failed_rounds()]
 
 
+EMBEDDED_RARELY_FINDS = ("The embedded model ({model}) rarely finds anything: on the benchmark it does not beat the "
+                         "chance floors, so this says little about the code. For real findings run a hosted backbone "
+                         "(--backbone gpt-5-mini with OPENAI_API_KEY set; `tide check gpt-5-mini` first) or your own "
+                         "server (--backbone openai-compatible --api-base http://127.0.0.1:8000/v1).")
+
+
+def embedded_note(result: DiscoverResult) -> str | None:
+    """What an empty report on the embedded backbone means, and how to get real findings; None otherwise."""
+    from tide_dspy.backbones.registry import BACKBONES
+
+    name = result.backbone.get("backbone")
+    backbone = BACKBONES.get(name) if isinstance(name, str) else None
+    if backbone is None or backbone.kind != "local" or result.findings or result.every_round_failed():
+        return None
+    return EMBEDDED_RARELY_FINDS.format(model=backbone.note.split(",")[0])
+
+
 def no_findings_line(result: DiscoverResult) -> str:
     if result.every_round_failed():
         return (f"No findings, because every round failed (first error: {result.first_error()}). This is not a clean "
                 "result: fix the cause and run again.")
-    return "No findings."
+    note = embedded_note(result)
+    return "No findings." + (f" {note}" if note else "")
 
 
 # ---- Markdown: text from the LM and from file names is escaped, never rendered as HTML ----
@@ -276,6 +293,15 @@ def html_text(text, keep_newlines: bool = False) -> str:
     return html.escape(printable(text, keep_newlines=keep_newlines))
 
 
+_CODE_SPAN = re.compile(r"`([^`\n]+)`")
+
+
+def html_prose(text) -> str:
+    """`html_text` with each `code` span (as Markdown writes one) shown as <code>: its text escaped the same way,
+    never markup."""
+    return _CODE_SPAN.sub(lambda m: f"<code>{m.group(1)}</code>", html_text(text))
+
+
 def html_table(title: str, columns: list[str], rows: list[list[str]]) -> str:
     e = html_text
     head = "".join(f"<th>{e(c)}</th>" for c in columns)
@@ -288,9 +314,9 @@ CSP = "default-src 'none'; style-src 'unsafe-inline'"
 
 
 def render_html(result: DiscoverResult) -> str:
-    e = html_text
+    e = html_prose
     body = [
-        f"<h1>TIDE discover report: {e(result.target)}</h1>",
+        f"<h1>TIDE discover report: {html_text(result.target)}</h1>",
         *[f"<p>{e(line)}</p>" for line in header_lines(result)],
     ]
     if result.notes:
@@ -327,7 +353,8 @@ def render_html(result: DiscoverResult) -> str:
     body.append(html_table("Rounds", ROUND_COLUMNS, round_rows(result)))
     return (
         f"<!doctype html><html><head><meta charset='utf-8'>"
-        f"<meta http-equiv='Content-Security-Policy' content=\"{CSP}\"><title>TIDE report: {e(result.target)}</title>"
+        f"<meta http-equiv='Content-Security-Policy' content=\"{CSP}\"><title>TIDE report: {html_text(result.target)}"
+        "</title>"
         f"<style>{CSS}</style></head><body>{''.join(body)}</body></html>\n"
     )
 
@@ -366,7 +393,7 @@ def write_report(result: DiscoverResult, out_dir: str | Path) -> dict[str, Path]
     files = {
         "report.md": render_markdown(result),
         "report.html": render_html(result),
-        "findings.json": json.dumps(findings_payload(result), indent=2, ensure_ascii=False) + "\n",
-        "run.json": json.dumps(run_payload(result), indent=2, ensure_ascii=False, default=str) + "\n",
+        "findings.json": json_text(findings_payload(result), indent=2) + "\n",
+        "run.json": json_text(run_payload(result), indent=2, default=str) + "\n",
     }
     return {name: write_text(out / name, scrub_text(text)) for name, text in files.items()}

@@ -82,6 +82,20 @@ def choose_program(setting: Setting, backbone: str, program: str | Path | None =
     return loaded, source
 
 
+def shipped_program(setting: str, backbone) -> DiscoveryProgram:
+    """The program `tide discover` runs for `backbone` (a name, or an LM that `get_lm` built) when no program or
+    library is named: the compiled program shipped for it, else the plain TIDE module with its shipped template
+    library, else the plain module without templates (choose_program). Shipped files are found beside the installed
+    package, never in the working directory. `program.tide_source` says which it is and why."""
+    name = backbone if isinstance(backbone, str) else getattr(backbone, "tide_backbone", None)
+    if not name:
+        raise ValueError("shipped_program needs a backbone name (e.g. 'local' or 'gpt-5-mini') or an LM built by "
+                         "tide_dspy.get_lm")
+    program, source = choose_program(get_setting(setting), name)
+    program.tide_source = source
+    return program
+
+
 # ---- how large a window is ----
 
 def context_window(lm, override: int | None) -> tuple[int, str]:
@@ -145,7 +159,8 @@ def discover_in_windows(program: DiscoveryProgram, instance: Instance, parts: li
 
         with lm_context(lm):
             prediction = program(case=window_instance, on_round=on_round,
-                                 **({"on_scan": on_scan} if program.scanner is not None else {}))
+                                 **({"on_scan": on_scan, "on_progress": progress} if program.scanner is not None
+                                    else {}))
         state, _, _ = state.extend(list(prediction.findings), program.dedup_threshold)
     return list(state.findings), rounds, scans
 

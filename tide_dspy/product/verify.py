@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field
@@ -33,8 +34,8 @@ from tide_dspy.sandbox import (
     VerifyError,
     parse_command,
     patch_concerns,
-    require_executable,
     run_tests,
+    size_text,
 )
 from tide_dspy.util.git import git_toplevel, run_git
 
@@ -108,14 +109,41 @@ def tree_files(root: Path) -> list[str]:
     return sorted(found)
 
 
-def copy_tree(root: Path, dest: Path) -> list[str]:
-    """Copy root's files into dest (which must be outside root). Returns the links left out because they point
-    outside root (or are absolute)."""
+def check_size(root: Path, files: list[str], disk: int | None) -> None:
+    """Refuse a tree whose files hold more than `disk` bytes in all (the quota of the copy and the run, --verify-limit
+    disk), before anything is copied. Sizes are the files' apparent sizes: a sparse file is written out whole by
+    the copy, so it counts whole."""
+    if disk is None:
+        return
+    sizes = []
+    for rel in files:
+        try:
+            st = os.lstat(root / rel)
+        except OSError:
+            continue
+        if stat.S_ISREG(st.st_mode):
+            sizes.append((st.st_size, rel, st.st_blocks * 512 < st.st_size))
+    total = sum(size for size, _, _ in sizes)
+    if total <= disk:
+        return
+    largest = ", ".join(f"{rel} ({size_text(size)}{', sparse' if sparse else ''})"
+                        for size, rel, sparse in sorted(sizes, reverse=True)[:3])
+    raise VerifyError(f"--verify: the tree to copy holds {size_text(total)} in {len(sizes)} files, more than the "
+                      f"{size_text(disk)} the copy and the run may use (largest: {largest}; a sparse file counts at "
+                      "its full size, since the copy writes it out whole); leave the large files out of the tree "
+                      "(git ignores them, or move them), or raise --verify-limit disk=SIZE")
+
+
+def copy_tree(root: Path, dest: Path, disk: int | None = None) -> list[str]:
+    """Copy root's files into dest (which must be outside root), refusing a tree over `disk` bytes (check_size).
+    Returns the links left out because they point outside root (or are absolute)."""
     root = root.resolve()
     if _inside(dest.resolve(), root):
         raise VerifyError(f"the temporary directory {dest} lies inside {root}; set TMPDIR to a folder outside it")
+    files = tree_files(root)
+    check_size(root, files, disk)
     left_out = []
-    for rel in tree_files(root):
+    for rel in files:
         src, dst = root / rel, dest / rel
         if not _inside(src.parent.resolve(), root):
             left_out.append(rel)
@@ -149,9 +177,9 @@ class Verifier:
         self.pristine = Snapshot(Path(tempfile.mkdtemp(prefix="tide-verify-")))
         try:
             self.pristine.tree.mkdir()
-            self.left_out = copy_tree(Path(root), self.pristine.tree)
+            self.left_out = copy_tree(Path(root), self.pristine.tree, sandbox.limits.disk)
             self.sandbox = Sandbox(root, self.argv, sandbox)
-            require_executable(self.argv, self.pristine.tree, self.sandbox.env)
+            self.sandbox.require_executable(self.argv, self.pristine.tree)
         except BaseException:
             self.pristine.close()
             raise
@@ -170,8 +198,7 @@ class Verifier:
         return self.deadline - time.monotonic()
 
     def _run(self, snap: Snapshot, timeout: float) -> TestRun:
-        return run_tests(self.argv, snap.tree, timeout, sandbox=self.sandbox, results=snap.root / "results",
-                         output_cap=self.output_cap)
+        return run_tests(self.argv, snap.tree, timeout, sandbox=self.sandbox, output_cap=self.output_cap)
 
     def run_baseline(self) -> TestRun:
         with self.pristine.copy() as snap:

@@ -629,8 +629,10 @@ def model_list(provider: str) -> dict:
 class ProviderSimulator:
     """One local HTTP server for all four providers (see the module docstring)."""
 
-    def __init__(self, keys: dict[str, str] | None = None, *, rate_limit: RateLimit | None = None):
+    def __init__(self, keys: dict[str, str] | None = None, *, rate_limit: RateLimit | None = None,
+                 host: str = "127.0.0.1", port: int = 0):
         self.keys = {p: f"sim-{p}-key" for p in PROVIDERS} | dict(keys or {})
+        self.address = (host, port)  # port 0: any free port
         self.faults: list[Fault] = []
         self.rate_limit = rate_limit
         self.log: list[Logged] = []
@@ -676,7 +678,7 @@ class ProviderSimulator:
             def do_POST(self):  # noqa: N802
                 sim._handle(self, "POST")
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server = ThreadingHTTPServer(self.address, Handler)
         self._server.daemon_threads = True
         threading.Thread(target=self._server.serve_forever, daemon=True).start()
         return self
@@ -782,3 +784,63 @@ class ProviderSimulator:
 def http_date(seconds_from_now: float) -> str:
     """A Retry-After value in the HTTP-date form."""
     return formatdate(time.time() + seconds_from_now, usegmt=True)
+
+
+# ---- the command line: a simulator to point tide at by hand ----
+
+KEY_VARIABLES = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY", "gemini": "GEMINI_API_KEY",
+                 "dashscope": "DASHSCOPE_API_KEY"}
+BASE_VARIABLES = {"openai": "OPENAI_BASE_URL", "anthropic": "ANTHROPIC_API_BASE", "gemini": "GEMINI_API_BASE",
+                  "dashscope": "DASHSCOPE_API_BASE"}
+BACKBONES = {"openai": "gpt-5-mini", "anthropic": "claude-sonnet-4.5", "gemini": "gemini-3.5-flash",
+             "dashscope": "qwen-3.6-flash"}
+
+
+def instructions(sim: ProviderSimulator) -> list[str]:
+    """What to give tide to use a running simulator: per provider the backbone, the address, the key variable and
+    its value, and the model ids it serves; then the README's hosted start, ready to paste."""
+    lines = [f"provider simulator on {sim.root}: canned answers that cite real ids (the findings mean nothing; no "
+             "model runs)", ""]
+    for provider in PROVIDERS:
+        models = ", ".join(f"{provider}/{m.name}" for m in MODELS.values() if m.provider == provider)
+        address = (f"--api-base {sim.base_url(provider)}" if provider != "dashscope"
+                   else f"{BASE_VARIABLES[provider]}={sim.litellm_base(provider)} (through LiteLLM)")
+        lines += [f"  --backbone {BACKBONES[provider]}: {address}",
+                  f"      {KEY_VARIABLES[provider]}={sim.keys[provider]}; models: {models}"]
+    openai = sim.base_url("openai")
+    lines += ["", "The README's hosted start against it, in another shell (the base variable sends every OpenAI call "
+              "there, the judge's too):",
+              f"  export {KEY_VARIABLES['openai']}={sim.keys['openai']} {BASE_VARIABLES['openai']}={openai}",
+              "  tide check gpt-5-mini",
+              "  tide discover repo examples/sample_repo --backbone gpt-5-mini "
+              "--templates programs/repository/local/templates.json",
+              f"or name the address on each command instead: --api-base {openai} (and --judge-api-base {openai} "
+              "for a hosted --judge).", "Ctrl-C stops it."]
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m tide_dspy.testing.provider_sim",
+                                     description="Serve the four hosted providers' wire formats on this machine, "
+                                                 "with canned answers, until Ctrl-C.")
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=8765, help="port to listen on (default 8765; 0: any free one)")
+    args = parser.parse_args(argv)
+    try:
+        sim = ProviderSimulator(host=args.host, port=args.port).__enter__()
+    except OSError as exc:
+        parser.error(f"cannot listen on {args.host}:{args.port} ({exc.strerror or exc}); pass another --port")
+    try:
+        print("\n".join(instructions(sim)), flush=True)
+        threading.Event().wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        sim.__exit__(None, None, None)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

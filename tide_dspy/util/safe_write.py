@@ -250,3 +250,66 @@ class OutLock:
                 os.rmdir(self.folder)
         os.close(self.fd)  # closing the descriptor releases the flock
         self.fd = None
+
+
+def remove_tree(path: str | Path) -> None:
+    """Remove `path` and everything below it, however deep, never following a link: each folder is opened by name
+    inside its parent's descriptor with O_NOFOLLOW and emptied, walking down and back up with one descriptor open
+    at a time (no recursion, no full paths, so a chain thousands of folders deep is no harder than a flat one).
+    A folder whose permissions were taken away is given them back first. A missing `path` is no error."""
+    path = Path(path)
+    try:
+        top = os.open(path.parent, _DIR_FLAGS & ~os.O_NOFOLLOW)
+    except FileNotFoundError:
+        return
+    names: list[str] = []  # the folders walked into, below `path`
+    fd = _enter(top, path.name)
+    os.close(top)
+    if fd is None:  # not a folder: a file or a link
+        with _ignore_missing():
+            os.unlink(path)
+        return
+    while True:
+        child = None
+        with os.scandir(fd) as entries:
+            for entry in entries:
+                if entry.is_dir(follow_symlinks=False):
+                    child = entry.name
+                    break
+                with _ignore_missing():
+                    os.unlink(entry.name, dir_fd=fd)
+        if child is not None:
+            inner = _enter(fd, child)
+            if inner is not None:
+                os.close(fd)
+                fd, names = inner, [*names, child]
+            continue
+        if not names:
+            os.close(fd)
+            with _ignore_missing():
+                os.rmdir(path)
+            return
+        parent = os.open("..", _DIR_FLAGS & ~os.O_NOFOLLOW, dir_fd=fd)
+        os.close(fd)
+        fd, done = parent, names.pop()
+        with _ignore_missing():
+            os.rmdir(done, dir_fd=fd)
+
+
+def _enter(dir_fd: int, name: str) -> int | None:
+    """A descriptor of the folder `name` inside `dir_fd` (made readable and searchable first if need be); None when
+    it is not a folder (a link is never followed). A folder that cannot be opened is removed as it stands."""
+    try:
+        st = os.lstat(name, dir_fd=dir_fd)
+    except FileNotFoundError:
+        return None
+    if not stat.S_ISDIR(st.st_mode):
+        return None
+    if st.st_mode & 0o700 != 0o700:
+        with _ignore_missing(OSError):
+            os.chmod(name, 0o700, dir_fd=dir_fd)  # a folder (lstat said so), so no link is followed here
+    try:
+        return os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
+    except OSError:
+        os.rmdir(name, dir_fd=dir_fd)  # raises the real reason when it is not empty
+        return None

@@ -39,12 +39,21 @@ def is_secret_name(name: str) -> bool:
 
 
 _env_cache: tuple[frozenset, re.Pattern | None] = (frozenset(), None)
+_added: set[str] = set()  # values scrubbed whatever their variable's name (add_secret_values)
+
+
+def add_secret_values(values) -> None:
+    """Scrub these values (of 8+ characters) from every text from now on, whatever the name of the variable that
+    holds them: the variables a user passes to the tests with --verify-env, which the tests can print."""
+    _added.update(v for v in values if isinstance(v, str) and len(v) >= SECRET_VALUE_MIN_CHARS)
 
 
 def _env_values() -> re.Pattern | None:
-    """One pattern matching the value of every secret-named variable of the process (8+ characters)."""
+    """One pattern matching the value of every secret-named variable of the process, and every value added with
+    add_secret_values (8+ characters)."""
     global _env_cache
     values = frozenset(v for k, v in os.environ.items() if len(v) >= SECRET_VALUE_MIN_CHARS and is_secret_name(k))
+    values |= _added
     if values != _env_cache[0]:
         pattern = re.compile("|".join(re.escape(v) for v in sorted(values, key=len, reverse=True))) if values else None
         _env_cache = (values, pattern)

@@ -37,11 +37,28 @@ def printable(text, *, keep_newlines: bool = False) -> str:
     return pattern.sub(_escaped, str(text))
 
 
+def json_text(value, **dumps) -> str:
+    """`json.dumps(value, ensure_ascii=False, **dumps)` with every character `printable` escapes written as a JSON
+    escape (`\\u202e`, `\\u009b`): the same data, but no raw bidirectional override or control character in the
+    file (JSON already escapes C0)."""
+    import json
+
+    return _CONTROL.sub(lambda m: f"\\u{ord(m.group()):04x}", json.dumps(value, ensure_ascii=False, **dumps))
+
+
 def terminal_line(text) -> str:
     """One console line: secrets scrubbed (util.secrets.scrub_text), control characters shown escaped."""
     from tide_dspy.util.secrets import scrub_text
 
     return printable(scrub_text(str(text)))
+
+
+def rate_line(done: int, total: int, seconds: float, unit: str) -> str:
+    """`5/15 artifacts, 0.21/s, ETA 48 s`: how far a long step is, how fast it goes and when it will end (the ETA
+    from the rate so far)."""
+    rate = done / seconds if seconds > 0 else 0.0
+    eta = f", ETA {(total - done) / rate:.0f} s" if rate > 0 and done < total else ""
+    return f"{done}/{total} {unit}, {rate:.2f}/s{eta}"
 
 
 def print_line(text, file=None) -> None:
