@@ -16,6 +16,10 @@ and the dialect with DSPy's JSON fallback off, relying on salvage and the round'
 
 No model runs: the simulator answers instantly, so the numbers are about requests, not quality. Writes
 experiments/results/providers/provider_requests.{md,json}.
+
+`--capture FILE` also writes every request as JSONL (provider, route, method, path, headers without the host and
+length, body), the openai-compatible engine's too (a stub server in each schema dialect), so two versions of the
+transport can be compared request by request: `diff before.jsonl after.jsonl`.
 """
 
 from __future__ import annotations
@@ -36,7 +40,10 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 import dspy  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's package
+# this checkout's package, and this script's neighbour stub_server.py
+sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parent)]
+from stub_server import StubServer  # noqa: E402
+
 from tide_dspy.backbones import BACKBONES, get_lm, lm_context  # noqa: E402
 from tide_dspy.cli.main import main as tide  # noqa: E402
 from tide_dspy.data.loaders import load_instances  # noqa: E402
@@ -152,6 +159,28 @@ def fallback_variant(sim, provider, path, variant: str, instance) -> dict:
             "round_ok": not record.failed, "findings": record.new}
 
 
+VOLATILE_HEADERS = ("host", "content-length")  # the port changes from run to run; the length follows the body
+
+
+def captured(route: str, provider: str, method: str, path: str, headers: dict, body: dict) -> dict:
+    """One request as --capture writes it."""
+    kept = {k.lower(): v for k, v in headers.items() if k.lower() not in VOLATILE_HEADERS}
+    return {"route": route, "provider": provider, "method": method, "path": path,
+            "headers": dict(sorted(kept.items())), "body": body}
+
+
+def served_run(dialect: str, setting, data: Path, ids: list[str], out: Path) -> list[dict]:
+    """`tide evaluate` of TIDE on the openai-compatible engine against a stub server in `dialect`; the requests."""
+    with StubServer() as stub:
+        args = ["evaluate", "--setting", setting, "--data", str(data), "--ids", ",".join(ids), "--method", "tide",
+                "--backbone", "openai-compatible", "--api-base", stub.api_base, "--server-schema", dialect,
+                "--no-track", "--fresh", "--out", str(out), "--templates", str(TEMPLATES[setting])]
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            tide(args)
+        return [captured(f"served-{dialect}", "openai-compatible", "POST", "/v1/chat/completions", h, b)
+                for h, b in zip(stub.headers, stub.requests)]
+
+
 def table(rows: list[dict], columns: list[str]) -> str:
     head = "| " + " | ".join(columns) + " |\n|" + "---|" * len(columns) + "\n"
     return head + "".join("| " + " | ".join("-" if r.get(c) is None else str(r.get(c)) for c in columns) + " |\n"
@@ -163,6 +192,8 @@ def main(argv=None) -> int:
     parser.add_argument("--repo-limit", type=int, default=2, help="the smallest N repository test instances")
     parser.add_argument("--workspace-limit", type=int, default=4, help="the first N test workspaces")
     parser.add_argument("--out", default=str(OUT))
+    parser.add_argument("--capture", default=None, metavar="FILE",
+                        help="also write every request (headers without host and length, body) as JSONL")
     args = parser.parse_args(argv)
     logging.disable(logging.WARNING)
     dspy.configure_cache(enable_disk_cache=False, enable_memory_cache=False)
@@ -173,7 +204,7 @@ def main(argv=None) -> int:
         if setting is REPOSITORY:
             instances.sort(key=lambda i: estimate_tokens(setting.render_context(i)))
         selected[setting.name] = (path, instances[:limit])
-    t0, runs, variants = time.perf_counter(), [], []
+    t0, runs, variants, capture, seen = time.perf_counter(), [], [], [], 0
     with ProviderSimulator() as sim, tempfile.TemporaryDirectory() as tmp:
         for provider, env in KEY_ENV.items():
             os.environ[env] = sim.keys[provider]
@@ -193,6 +224,18 @@ def main(argv=None) -> int:
                 v = variants[-1]
                 print(f"  fallback, schema {variant:11}: calls {v['calls']} refused {v['refused']} round ok "
                       f"{v['round_ok']} {v['refusal']}", flush=True)
+            capture += [captured(f"{provider}-{path}", r.provider, r.method, r.path, r.headers, r.body)
+                        for r in sim.log[seen:]]
+            seen = len(sim.log)
+        if args.capture:
+            for dialect in ("json_schema", "llama.cpp"):
+                for setting, (set_path, instances) in selected.items():
+                    capture += served_run(dialect, setting, set_path, [i.instance_id for i in instances],
+                                          Path(tmp) / f"served-{dialect}-{setting}")
+    if args.capture:
+        with open(args.capture, "w") as f:
+            f.writelines(json.dumps(c, sort_keys=True, ensure_ascii=False) + "\n" for c in capture)
+        print(f"captured {len(capture)} requests -> {args.capture}")
     seconds = round(time.perf_counter() - t0, 1)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
