@@ -22,7 +22,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 import run  # noqa: E402
 
 from tide_dspy.backbones import LMOptions, lm_from_options  # noqa: E402
-from tide_dspy.budget import PromptCounter, money  # noqa: E402
+from tide_dspy.cost.estimate import PromptCounter  # noqa: E402
+from tide_dspy.cost.prices import money  # noqa: E402
 from tide_dspy.domains import SETTING_NAMES  # noqa: E402
 from tide_dspy.metrics import make_judge  # noqa: E402
 from tide_dspy.util.tokens import tokenizer_name  # noqa: E402

@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from stub_server import StubServer  # noqa: E402
 
 from tide_dspy import workflows  # noqa: E402
-from tide_dspy.budget import PromptCounter  # noqa: E402
+from tide_dspy.cost.estimate import PromptCounter  # noqa: E402
 from tide_dspy.data import load_instances  # noqa: E402
 from tide_dspy.data.selection import Selection, context_tokens, data_path  # noqa: E402
 from tide_dspy.domains import REPOSITORY, WORKSPACE, get_setting  # noqa: E402

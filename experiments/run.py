@@ -27,7 +27,10 @@ from pathlib import Path
 from tide_dspy import analysis
 from tide_dspy.backbones import LMOptions, add_lm_options, describe_lm, lm_context, lm_from_options
 from tide_dspy.backbones.providers import rules_of
-from tide_dspy.budget import Estimate, Limits, add_cost_options, estimate_runs, money
+from tide_dspy.cli.options import add_cost_options, budget_of, overrides_of
+from tide_dspy.cost.estimate import Estimate, estimate_runs
+from tide_dspy.cost.guard import Guard
+from tide_dspy.cost.prices import money
 from tide_dspy.data import load_instances
 from tide_dspy.data.selection import data_path, select_instances
 from tide_dspy.data.sets import locate
@@ -129,6 +132,9 @@ def run_raw(args, plan: dict[str, object], instances: list, out: Path, lm, judge
     An instance over the backbone's window in any program is left out of every program's rows (they are not
     scores of 0), so each analysis compares the programs on the same instances; `window_skipped` names them."""
     rows: dict[str, list[dict]] = {}
+    budget, overrides = budget_of(args), overrides_of(args)
+    # One spend counter for every run of the plan: --max-cost and --max-calls bound them together.
+    spend = Guard(budget, overrides.targets({"backbone": lm, "judge": getattr(judge, "lm", None)})).spend
     if args.floors_only:  # the floors are rerun from scratch: their rows may come from an older version of them
         for name in plan:
             for r in range(args.runs):
@@ -151,7 +157,7 @@ def run_raw(args, plan: dict[str, object], instances: list, out: Path, lm, judge
                 if args.floors_only and name not in FLOORS:
                     continue  # its rows were checked above
                 evaluate(program, [inst], judge=judge, out_path=path, resume=True, progress=False, lm=run_lm,
-                         method=name, limits=Limits.from_namespace(args))
+                         method=name, budget=budget, overrides=overrides, spend=spend)
                 row = read_rows(path)[inst.instance_id]
                 status = (f" ERROR {row['error']}" if row.get("error") else f" SKIPPED {row['skipped']}"
                           if row.get("skipped") else f" INCOMPLETE {'; '.join(row['incomplete'])}"
@@ -236,7 +242,7 @@ def table1_methods(args) -> list[str]:
 
 def estimate_table1(args, instances, lm, judge, counter=None) -> Estimate:
     """What table1 would send and cost: every method (the floors call nothing), every run, the judge. `counter`
-    (a budget.PromptCounter) may be shared between estimates of the same prompts."""
+    (a cost.estimate.PromptCounter) may be shared between estimates of the same prompts."""
     return estimate_experiments(["table1"], args, instances, lm, judge, counter)[args.backbone]
 
 
@@ -257,11 +263,10 @@ def estimate_experiments(names: list[str], args, instances, lm, judge, counter=N
         return TemplateLibrary.load(path)
 
     merged = merge_plans(PLANS[name](args, library) for name in names)
-    limits = Limits.from_namespace(args)
     estimates = {}
     for backbone, programs in merged.items():
         backbone_lm = lm if backbone == args.backbone else lm_from_options(LMOptions.from_namespace(args), backbone)
-        targets = estimate_targets(backbone_lm, backbone, judge, args.judge, limits)
+        targets = estimate_targets(backbone_lm, backbone, judge, args.judge, overrides_of(args))
         estimate = estimate_runs(programs, instances, estimator_for(backbone_lm, targets, counter), targets,
                                  runs=args.runs)
         estimate.notes += [f"{len(instances)} {args.setting.name} instances ({args.split} split) x {args.runs} "
@@ -660,10 +665,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="run only the chance floors (no LM call) and rebuild the tables from the LM methods' "
                              "raw rows already in --out; meta-<experiment>.json keeps the command that made them")
     add_lm_options(parser)
-    add_cost_options(parser)
-    parser.add_argument("--context-window", type=int, default=None, metavar="TOKENS",
-                        help="the backbone's window for the pre-check that skips instances which cannot fit "
-                             "(default: the backbone's)")
+    add_cost_options(parser, stops="no instance starts once what was spent plus its estimate would pass the cap; "
+                                   "rerun the same command to continue")
     return parser
 
 

@@ -22,7 +22,7 @@ from tide_dspy.backbones import (
     weights,
 )
 from tide_dspy.backbones.llamacpp import LlamaCppEngine
-from tide_dspy.backbones.usage import entries_since, lm_usage, usage_mark, usage_tokens
+from tide_dspy.cost.usage import entries_since, lm_usage, usage_mark, usage_tokens
 from tide_dspy.discovery import TIDE
 
 SETTINGS_ENV = ("TIDE_TEMPERATURE", "TIDE_MAX_TOKENS", "TIDE_NUM_THREADS", "TIDE_N_CTX", "TIDE_API_BASE",
@@ -207,37 +207,32 @@ def test_usage_counts_only_the_entries_after_the_mark():
     assert lm_usage(None) is None
 
 
-def test_the_meter_counts_the_calls_and_cost_of_every_lm_since_it_was_made_without_cache_hits(monkeypatch):
+def test_the_spend_counts_the_calls_and_cost_of_its_lms_since_it_was_made_without_cache_hits():
     from types import SimpleNamespace
 
-    from dspy.clients import base_lm
+    from tide_dspy.cost.guard import Spend
 
-    from tide_dspy.backbones.usage import Meter
-
-    history = [{"uuid": "before", "cost": 9.0}]
-    monkeypatch.setattr(base_lm, "GLOBAL_HISTORY", history)
-    meter = Meter()
-    history += [{"uuid": "a", "cost": 0.25}, {"uuid": "b", "cost": None},
-                {"uuid": "c", "cost": 1.0, "response": SimpleNamespace(cache_hit=True)}]
-    assert meter.spent() == (2, 0.25)
-    history.append({"uuid": "d", "cost": 0.5})
-    assert meter.spent() == (3, 0.75)  # read on from the last entry it saw
+    backbone, judge = SimpleNamespace(history=[{"uuid": "before", "cost": 9.0}]), SimpleNamespace(history=[])
+    spend = Spend({"backbone": backbone, "judge": judge}, {})
+    backbone.history += [{"uuid": "a", "cost": 0.25}, {"uuid": "b", "cost": None},
+                         {"uuid": "c", "cost": 1.0, "response": SimpleNamespace(cache_hit=True)}]
+    judge.history.append({"uuid": "d", "cost": 0.5})
+    assert spend.spent() == (3, 0.75)
 
 
-def test_the_meter_prices_a_call_without_a_reported_cost_at_its_models_prices(monkeypatch):
-    from dspy.clients import base_lm
+def test_the_spend_prices_a_call_without_a_reported_cost_at_its_roles_prices():
+    from types import SimpleNamespace
 
-    from tide_dspy.backbones.providers import Prices
-    from tide_dspy.backbones.usage import Meter
+    from tide_dspy.cost.guard import Spend
+    from tide_dspy.cost.prices import Prices
 
-    history = []
-    monkeypatch.setattr(base_lm, "GLOBAL_HISTORY", history)
-    meter = Meter({"openai/gpt-5-mini": Prices(0.25, 2.0, 0.025)})
     usage = {"prompt_tokens": 10**6, "completion_tokens": 10**5}
-    history += [{"uuid": "a", "cost": None, "model": "openai/gpt-5-mini", "usage": usage},
-                {"uuid": "b", "cost": None, "model": "local/qwen", "usage": usage},  # no price known: 0
-                {"uuid": "c", "cost": 0.1, "model": "openai/gpt-5-mini", "usage": usage}]  # the provider's wins
-    assert meter.spent() == (3, 0.55)
+    backbone, judge = SimpleNamespace(history=[]), SimpleNamespace(history=[])
+    spend = Spend({"backbone": backbone, "judge": judge}, {"backbone": Prices(0.25, 2.0, 0.025)})
+    backbone.history += [{"uuid": "a", "cost": None, "usage": usage},
+                         {"uuid": "c", "cost": 0.1, "usage": usage}]  # the provider's cost wins
+    judge.history.append({"uuid": "b", "cost": None, "usage": usage})  # no price known: 0
+    assert spend.spent() == (3, 0.55)
 
 
 def test_engine_builds_a_response_with_usage_and_bounds_max_tokens():

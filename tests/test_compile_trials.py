@@ -11,11 +11,13 @@ import dspy
 import pytest
 from routed_lm import FIXTURE_DATA, RoutedLM, field_block, fixture_instances
 
+from tide_dspy.cost.guard import Budget, Guard
+from tide_dspy.cost.prices import Overrides
 from tide_dspy.discovery import TIDE
 from tide_dspy.optimize import compile_program, make_metric, parse_options, split_train
 from tide_dspy.programs import load_program
 from tide_dspy.schemas import Template
-from tide_dspy.trials import Budget, TrialLog
+from tide_dspy.trials import TrialLog
 
 TEMPLATES = [Template(id="repo-t001", name="off by one", pattern="a bound one step off", evidence_flow=["a", "b"])]
 TINY_COPRO = parse_options(["init.breadth=2", "init.depth=1"])
@@ -60,9 +62,10 @@ def scanning_program():
     return TIDE("repository", templates=TEMPLATES, max_rounds=1, per_round=1, scan=True, focus_size=2)
 
 
-def open_log(folder: Path, **options):
-    return lambda metric, planned: TrialLog(folder, {"test": 1}, metric, expected=planned, progress=False,
-                                            **options)
+def open_log(folder: Path, lm=None, budget: Budget = Budget()):
+    """A trial log maker whose guard holds the search to `budget`, counting the calls of `lm`."""
+    guard = Guard(budget, Overrides().targets({"backbone": lm}), estimates=False)
+    return lambda metric, planned: TrialLog(folder, {"test": 1}, metric, expected=planned, progress=False, guard=guard)
 
 
 def test_a_scan_recall_compile_runs_and_tunes_only_the_scan(ledgers):
@@ -80,7 +83,7 @@ def test_a_scan_recall_compile_runs_and_tunes_only_the_scan(ledgers):
 
 def test_a_scan_compiled_alone_is_sized_by_its_scan_calls_before_it_runs(ledgers):
     """The window check sizes what a scan-recall compile sends: one scan call per function and no round."""
-    from tide_dspy.budget import Estimator
+    from tide_dspy.cost.estimate import Estimator
     from tide_dspy.scan import ScanOnly
 
     program, estimator = scanning_program(), Estimator()
@@ -139,7 +142,7 @@ def compile_within(budget: Budget, lm, tmp_path, ledgers):
     opened = []
 
     def bounded(metric, planned):
-        opened.append(open_log(tmp_path, budget=budget)(metric, planned))
+        opened.append(open_log(tmp_path, lm, budget)(metric, planned))
         return opened[-1]
 
     compiled = compile_program(scanning_program(), train, val, "copro", "scan-recall", lm=lm, options=TINY_COPRO,

@@ -13,12 +13,13 @@ from sample_checkout import BAD_PATCH, GOOD_PATCH, MATHUTIL, REPORT, TEXT, answe
 
 from tide_dspy.cli import discover_cmd
 from tide_dspy.cli.main import main
-from tide_dspy.data import estimate_tokens
+from tide_dspy.cost.prices import Overrides
 from tide_dspy.domains import NO_GUIDANCE
 from tide_dspy.product import discover_repository, write_report
 from tide_dspy.product.patches import APPLIES, DOES_NOT_APPLY, NO_PATCH, PatchChecker, git_toplevel
 from tide_dspy.product.run import select_files
 from tide_dspy.product.windows import PROMPT_OVERHEAD_TOKENS
+from tide_dspy.util.tokens import count_tokens
 
 # ---- patches ----
 
@@ -103,13 +104,13 @@ def test_large_context_is_split_into_windows_and_findings_merged(repo):
             },
         }
     )
-    pkg_tokens = sum(estimate_tokens(p.read_text()) for p in (repo / "pkg").glob("*.py"))
-    tools_tokens = estimate_tokens(REPORT)
+    pkg_tokens = sum(count_tokens(p.read_text()) for p in (repo / "pkg").glob("*.py"))
+    tools_tokens = count_tokens(REPORT)
     assert tools_tokens > pkg_tokens
-    fixed = PROMPT_OVERHEAD_TOKENS + 1000 + estimate_tokens(NO_GUIDANCE)  # DummyLM's max_tokens is 1000
+    fixed = PROMPT_OVERHEAD_TOKENS + 1000 + count_tokens(NO_GUIDANCE)  # DummyLM's max_tokens is 1000
     lines = []
-    result = discover_repository(repo, lm=lm, backbone="none-shipped", max_context_tokens=fixed + tools_tokens + 60,
-                                 progress=lines.append)
+    result = discover_repository(repo, lm=lm, backbone="none-shipped",
+                                 overrides=Overrides(window=fixed + tools_tokens + 60), progress=lines.append)
     assert result.windows == 2
     assert sorted(f.description for f in result.findings) == ["mean divides by n - 1", "render drops rows"]
     assert {r.window for r in result.rounds} == {1, 2}
@@ -126,10 +127,10 @@ def test_scan_reads_a_context_too_large_for_one_window_in_one_pass(repo):
             for a in ("pkg/mathutil.py::mean", "pkg/mathutil.py::Counter.__init__", "pkg/mathutil.py::Counter.bump",
                       "pkg/text.py::shout", "tools/report.py::render")]
     lm = DummyLM([*scan, *answers(finding("mean divides by n - 1", ["pkg/mathutil.py::mean"], GOOD_PATCH))])
-    fixed = PROMPT_OVERHEAD_TOKENS + 1000 + estimate_tokens(NO_GUIDANCE)
+    fixed = PROMPT_OVERHEAD_TOKENS + 1000 + count_tokens(NO_GUIDANCE)
     lines = []
     result = discover_repository(repo, lm=lm, backbone="none-shipped", scan=1, progress=lines.append,
-                                 max_context_tokens=fixed + estimate_tokens(REPORT) + 90)  # two windows unscanned
+                                 overrides=Overrides(window=fixed + count_tokens(REPORT) + 120))  # 2 windows unscanned
     assert result.windows == 1
     assert [f.evidence for f in result.findings] == [["pkg/mathutil.py::mean"]]
     round_prompt = lm.history[5]["messages"][-1]["content"]
@@ -153,9 +154,9 @@ def test_a_scanning_run_reports_its_scan_and_counts_its_calls(repo, tmp_path):
 
 
 def test_one_file_larger_than_the_window_is_a_clear_error(repo):
-    fixed = PROMPT_OVERHEAD_TOKENS + 1000 + estimate_tokens(NO_GUIDANCE)
+    fixed = PROMPT_OVERHEAD_TOKENS + 1000 + count_tokens(NO_GUIDANCE)
     with pytest.raises(ValueError, match=r"tools/report.py alone needs about \d+ tokens, but a window holds 50 tokens"):
-        discover_repository(repo, lm=DummyLM([]), backbone="none-shipped", max_context_tokens=fixed + 50,
+        discover_repository(repo, lm=DummyLM([]), backbone="none-shipped", overrides=Overrides(window=fixed + 50),
                             progress=lambda line: None)
 
 
@@ -297,7 +298,7 @@ def test_cli_uses_a_saved_program(repo, tmp_path, inject_lm, capsys):
 
 def test_cli_error_when_a_file_exceeds_the_window(repo, tmp_path, inject_lm, capsys):
     inject_lm(DummyLM([]))
-    rc = main(["discover", "repo", str(repo), "--max-context-tokens", "2600", "--out", str(tmp_path / "o"),
+    rc = main(["discover", "repo", str(repo), "--context-window", "2600", "--out", str(tmp_path / "o"),
                "--backbone", "none-shipped"])
     assert rc == 2
     err = capsys.readouterr().err

@@ -8,9 +8,10 @@ from tide_dspy.product.windows import WindowTooSmall, make_units, split_windows,
 from tide_dspy.schemas import Artifact
 
 
-def function(path: str, name: str, chars: int) -> Artifact:
+def function(path: str, name: str, tokens: int) -> Artifact:
+    """A function whose code is `tokens` tokens long (" a" is one o200k token)."""
     return Artifact(id=f"{path}::{name}", kind="function",
-                    payload={"path": path, "qualname": name, "start_line": 1, "end_line": 2, "code": "x" * chars})
+                    payload={"path": path, "qualname": name, "start_line": 1, "end_line": 2, "code": " a" * tokens})
 
 
 def render(a: Artifact) -> str:
@@ -24,12 +25,12 @@ def by_file(a: Artifact) -> tuple[str, str]:
 
 @pytest.fixture
 def artifacts():
-    # estimate_tokens = chars / 4, so each function below costs 100, 100, 150, 200, 50 (+2 joining) tokens
+    # each function below costs 100, 100, 150, 200, 50 (+2 joining) tokens
     return [
-        function("a/one.py", "f", 400), function("a/one.py", "g", 400),
-        function("a/two.py", "h", 600),
-        function("b/three.py", "k", 800),
-        function("c/four.py", "m", 200),
+        function("a/one.py", "f", 100), function("a/one.py", "g", 100),
+        function("a/two.py", "h", 150),
+        function("b/three.py", "k", 200),
+        function("c/four.py", "m", 50),
     ]
 
 
@@ -86,6 +87,6 @@ def test_one_file_larger_than_the_window_names_both_sizes(artifacts):
 
 
 def test_budget_subtracts_static_inputs_and_output():
-    assert window_budget(10_000, "t" * 4000, output_tokens=1000) == 10_000 - 1000 - 1000 - 1500
+    assert window_budget(10_000, " t" * 1000, output_tokens=1000) == 10_000 - 1000 - 1000 - 1500
     with pytest.raises(WindowTooSmall, match="more than the 3000-token window"):
-        window_budget(3000, "t" * 4000, output_tokens=1000)
+        window_budget(3000, " t" * 1000, output_tokens=1000)

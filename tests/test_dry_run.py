@@ -100,7 +100,7 @@ def test_evaluate_max_cost_stops_with_its_own_exit_status_and_resumes(lm, capsys
     printed = capsys.readouterr().out
     assert "stopped at the budget" in printed and "2 instance(s) not run" in printed and lm.calls == 0
     assert main([*common, "--resume", "--max-cost", "5"]) == 0
-    assert "spent $0.0000 of --max-cost $5" in capsys.readouterr().out and lm.calls == 2
+    assert "spent 2 LM calls and $0.0000 of $5" in capsys.readouterr().out and lm.calls == 2
 
 
 def test_a_dry_run_on_a_hosted_backbone_makes_no_preflight_call(monkeypatch, capsys, tmp_path):

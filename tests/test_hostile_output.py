@@ -444,7 +444,7 @@ def test_every_hint_names_a_flag_of_its_command(tmp_path, capsys):
     (ws / "big.md").write_text("# Big\n" + "word " * 20_000)
     dspy.configure(lm=DummyLM([{"findings": "[]"}]))
     assert main(["discover", "workspace", str(ws), "--out", str(tmp_path / "o"), "--backbone", "none-shipped",
-                 "--max-context-tokens", "8000"]) == 2
+                 "--context-window", "8000"]) == 2
     window_hint = capsys.readouterr().err
     assert "--exclude" in window_hint
     assert _hinted_flags(window_hint) <= _flags_of(parser, "discover", "workspace")

@@ -11,7 +11,7 @@ import pytest
 from routed_lm import RoutedLM, fixture_instances
 
 from scripts import load_script
-from tide_dspy.budget import Estimator
+from tide_dspy.cost.estimate import Estimator
 from tide_dspy.programs import build_program
 from tide_dspy.templates import TemplateLibrary
 

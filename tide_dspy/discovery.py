@@ -16,7 +16,7 @@ from dspy.utils.exceptions import AdapterParseError
 from rapidfuzz import fuzz
 
 from tide_dspy.backbones.providers import rules_of
-from tide_dspy.backbones.usage import entries_since, usage_mark, usage_tokens
+from tide_dspy.cost.usage import entries_since, usage_mark, usage_tokens
 from tide_dspy.domains import NO_GUIDANCE, ContextView, Setting, get_setting, render_templates
 from tide_dspy.lexical import linked_groups, tfidf_weights
 from tide_dspy.retry import call_with_retries, describe_error
@@ -123,6 +123,11 @@ class DiscoveryProgram(dspy.Module):
         # The templates the scan rates against when the rounds themselves use none (a baseline compared with
         # TIDE on the same scan); by default the program's own.
         self.scan_templates = list(scan_templates or [])
+
+    def call_plan(self) -> list[tuple[int, int]]:
+        """(findings already found, findings asked for) of each round call when every round runs: what an estimate
+        renders (tide_dspy.cost.estimate)."""
+        raise NotImplementedError
 
     def use_scan(self, focus_size: int) -> None:
         """Turn the scan on (or resize its focus) in a built or loaded program; its compiled round is kept."""
@@ -293,6 +298,10 @@ class TIDE(DiscoveryProgram):
     guidance="templates" is TIDE; "none" is the Iter-only ablation; "demos" is Iter + Demos.
     """
 
+    def call_plan(self) -> list[tuple[int, int]]:
+        """Round t is told of the (t - 1) x k findings before it."""
+        return [((t - 1) * self.per_round, self.per_round) for t in range(1, self.max_rounds + 1)]
+
     def forward(self, case: Instance, on_round=None, on_scan=None, on_progress=None) -> dspy.Prediction:
         ranking, scan = self.ranking(case, on_scan, on_progress)
         state, rounds = DiscoveryState(), []
@@ -321,6 +330,9 @@ class SingleAgent(DiscoveryProgram):
         budget = (rounds or shape.rounds) * (per_round or shape.per_round)
         super().__init__(setting, max_rounds=1, per_round=max_findings or budget, **kwargs)
 
+    def call_plan(self) -> list[tuple[int, int]]:
+        return [(0, self.per_round)]
+
     def forward(self, case: Instance, on_round=None, on_scan=None, on_progress=None) -> dspy.Prediction:
         ranking, scan = self.ranking(case, on_scan, on_progress)
         state, record = self.run_round(case, DiscoveryState(), 1, self.per_round, focus=self.focus(ranking, []))
@@ -342,6 +354,10 @@ class MultiAgent(DiscoveryProgram):
 
     def config(self) -> dict:
         return {**super().config(), "temperature": self.temperature}
+
+    def call_plan(self) -> list[tuple[int, int]]:
+        """Every sample starts from nothing found."""
+        return [(0, self.per_round)] * self.max_rounds
 
     def forward(self, case: Instance, on_round=None, on_scan=None, on_progress=None) -> dspy.Prediction:
         ranking, scan = self.ranking(case, on_scan, on_progress)
@@ -379,6 +395,9 @@ class ChanceBaseline(DiscoveryProgram):
 
     def picks(self, instance: Instance, view: ContextView) -> list[list[str]]:
         raise NotImplementedError
+
+    def call_plan(self) -> list[tuple[int, int]]:
+        return []  # no LM call
 
     def chance_resolution(self, instance: Instance) -> dict:
         """The resolution every pick carries: the library's first action where an action resolves a problem

@@ -5,8 +5,8 @@ written as soon as its instance finishes, in finishing order. Resumable: with re
 in out_path are skipped, so a crash loses no finished instance. Rows that ended in an error are rerun, and so are
 incomplete ones (a round after the first aborted; a judge call failed: that row is judged again, its findings
 kept). Before any LM call, an instance whose prompts cannot fit the backbone's window is skipped with its reason
-(a row that --resume checks again, for free); with a budget (budget.Limits.max_cost) no instance starts once its
-estimated cost would pass it, and the rows not run are left for --resume. Beside the results go config.json,
+(a row that --resume checks again, for free); with a budget (cost.guard.Budget) no instance starts once its
+estimated calls or cost would pass it, and the rows not run are left for --resume. Beside the results go config.json,
 summary.json and lm_usage.json, so a run can be read without rerunning it. A resumed run must use the same
 program, judge and model as the rows it continues (config.json says which); its instances and LM usage are added
 to those of the earlier sessions.
@@ -32,7 +32,8 @@ from tqdm.auto import tqdm
 
 from tide_dspy import metrics
 from tide_dspy.backbones import lm_context
-from tide_dspy.budget import Limits, RunGuard
+from tide_dspy.cost.guard import Budget, Guard, Spend
+from tide_dspy.cost.prices import Overrides
 from tide_dspy.retry import describe_error
 from tide_dspy.schemas import Instance
 from tide_dspy.util.hashing import sha256_hex
@@ -261,10 +262,8 @@ def skipped_row(instance: Instance, method: str, reason: str) -> dict:
             "seconds": 0.0, "error": None, "skipped": reason}
 
 
-def window_skips(guard: RunGuard, instances: list[Instance]) -> dict[str, str]:
+def window_skips(guard: Guard, instances: list[Instance]) -> dict[str, str]:
     """instance id -> why it cannot fit the window, for the instances that cannot (before any LM call)."""
-    if guard.window is None:
-        return {}
     reasons = {i.instance_id: guard.skip_reason(i) for i in instances}
     return {k: v for k, v in reasons.items() if v is not None}
 
@@ -286,7 +285,7 @@ def check_workers(workers: int, lm) -> int:
     return workers
 
 
-def _work(program, judge, bar, guard: RunGuard, rejudge: dict[str, dict]):
+def _work(program, judge, bar, guard: Guard, rejudge: dict[str, dict]):
     """What is done with one instance: judged again (a row whose judge failed) or run; None when the budget
     does not let it start."""
     def on_round_for(instance_id):
@@ -296,7 +295,7 @@ def _work(program, judge, bar, guard: RunGuard, rejudge: dict[str, dict]):
 
     def work(instance):
         earlier = rejudge.get(instance.instance_id)
-        if not guard.admit(instance, judge_only=earlier is not None):
+        if not guard.admit_instance(instance, judge_only=earlier is not None):
             return None
         try:
             if earlier is not None:
@@ -304,14 +303,14 @@ def _work(program, judge, bar, guard: RunGuard, rejudge: dict[str, dict]):
             return {"instance_id": instance.instance_id,
                     **_run_one(program, instance, judge, on_round_for(instance.instance_id))}
         finally:
-            guard.release(instance)
+            guard.release(instance.instance_id)
     return work
 
 
 def _run_all(run, todo: list[Instance], workers: int, bar, lm, mark):
     """Yield each instance's row (`run(instance)`, None for one not started) as it finishes; the bar shows
     instances done, ETA and the LM's tokens so far."""
-    from tide_dspy.backbones.usage import entries_since, usage_tokens
+    from tide_dspy.cost.usage import entries_since, usage_tokens
 
     def advance():
         tokens_in, tokens_out = usage_tokens(entries_since(lm, mark)) if lm is not None else (None, None)
@@ -373,15 +372,18 @@ def evaluate(
     config: dict | None = None,
     workers: int = 1,
     execute=None,
-    limits: Limits | None = None,
+    budget: Budget = Budget(),
+    overrides: Overrides = Overrides(),
+    spend: Spend | None = None,
 ) -> EvaluationResult:
     """Score `program` on `instances`, `workers` at a time; returns the aggregate scores plus counts (n_run,
     n_resumed, n_failed, n_incomplete, n_skipped).
 
     `execute(instance, findings)` (e.g. metrics.execution.ExecutionJudge) also runs the instance's tests against
     the findings' patches; its dict goes into the row as "execution" and the total into result.execution.
-    `limits` (budget.Limits): a budget in USD, prices, and a window that overrides the backbone's."""
-    from tide_dspy.backbones.usage import lm_usage, usage_mark
+    `budget` caps the LM calls and USD (`spend`: a counter shared with other runs under the same budget);
+    `overrides`: prices, and a window that overrides the backbone's."""
+    from tide_dspy.cost.usage import lm_usage, usage_mark
     from tide_dspy.programs import method_of
 
     judge = metrics.make_judge(judge) if isinstance(judge, str) or judge is None else judge
@@ -403,7 +405,7 @@ def evaluate(
     run_lm = lm or dspy.settings.lm
     judge_lm = getattr(judge, "lm", None)
     marks = {"backbone": usage_mark(run_lm), "judge": usage_mark(judge_lm)}
-    guard = RunGuard(limits or Limits(), program, run_lm, judge_lm, marks)
+    guard = Guard(budget, overrides.targets({"backbone": run_lm, "judge": judge_lm}), program, spend)
     earlier_usage = None
     if out_path is not None:
         run_conf = run_config(program, method, judge, run_lm, instances, config)
@@ -585,5 +587,6 @@ def run_notes(result: EvaluationResult) -> list[str]:
         notes.append(f"{budget['stopped']}; {len(budget.get('not_run') or [])} instance(s) not run: rerun with "
                      "--resume to continue")
     elif budget:
-        notes.append(f"spent ${budget['spent']:.4f} of --max-cost ${budget['max_cost']:g}")
+        notes.append(f"spent {budget['calls']} LM calls and ${budget['spent']:.4f} of "
+                     f"{Budget(budget['max_cost'], budget['max_calls']).describe()}")
     return notes

@@ -239,25 +239,6 @@ def optimizer_arguments(config: dict, *, demos: int | None, options: dict | None
     return init, comp
 
 
-def planned_evaluations(config: dict, init: dict, comp: dict, *, n_train: int, n_val: int,
-                        n_predictors: int) -> int | None:
-    """How many (candidate, instance) evaluations the optimizer will make, for the progress bar's ETA; None when
-    its arguments do not say (MIPROv2's auto modes, SIMBA's sampling)."""
-    name = str(config["optimizer"]).rpartition(".")[2]
-    if name == "COPRO":
-        breadth, depth = init.get("breadth", 10), init.get("depth", 3)
-        # One predictor: `breadth` candidates per depth. Several: each depth rescores every candidate so far.
-        per_predictor = breadth * depth if n_predictors == 1 else breadth * depth * (depth + 1) // 2
-        return per_predictor * n_predictors * n_train
-    if name == "MIPROv2" and init.get("auto") is None and isinstance(comp.get("num_trials"), int):
-        return (comp["num_trials"] + 1) * n_val  # the default program, then each trial on the validation part
-    if name == "GEPA" and isinstance(init.get("max_metric_calls"), int):
-        return init["max_metric_calls"]
-    if name == "BootstrapFewShot":
-        return n_train
-    return None
-
-
 class DebugLog(io.TextIOBase):
     """A text stream whose lines go to `logger.debug`."""
 
@@ -295,11 +276,13 @@ def compile_program(
     trainset/valset: Instances (or dspy.Examples) of the train split's two parts. `metric`: a spec such as
     "retrieval-f1" / "mean-f1" scored with `judge`, or a DSPy metric. `options`: parse_options() overrides.
     With metric "scan-recall" only the scan is optimized and run (`ScanOnly`); the rounds are kept as they are.
-    `trials(metric, planned_evaluations)` opens the compile's TrialLog: evaluations are logged and replayed, and
+    `trials(metric, planned evaluations)` opens the compile's TrialLog: evaluations are logged and replayed, and
     when its budget stops the search, the best candidate scored so far is returned (the log says why it stopped)."""
+    from tide_dspy.cost.guard import BudgetSpent
+    from tide_dspy.cost.optimizers import optimizer_plan
     from tide_dspy.scan import ScanOnly
     from tide_dspy.tracking import dspy_autolog
-    from tide_dspy.trials import BudgetSpent, Logged
+    from tide_dspy.trials import Logged
 
     config = load_optimizer_config(optimizer)
     lm = lm or dspy.settings.lm
@@ -312,18 +295,23 @@ def compile_program(
                 "val": val}
     init, comp = optimizer_arguments(config, demos=demos, options=options, n_train=len(train))
     target = ScanOnly(program) if metric == SCAN_RECALL else program
+    source = config["path"]
+    optimizer_type = optimizer_class(config["optimizer"], source)
     trial_log = None
     if trials is not None:
-        trial_log = trials(make_metric(metric, judge), planned_evaluations(
-            config, init, comp, n_train=len(train), n_val=len(val), n_predictors=len(target.predictors())))
+        try:
+            planned = optimizer_plan(optimizer_type, init, comp, n_train=len(train), n_val=len(val),
+                                     predictors=len(target.predictors())).evaluations(len(train), len(val))
+        except ValueError:  # no plan for this optimizer (or its arguments fix none): the bar counts without a total
+            planned = None
+        trial_log = trials(make_metric(metric, judge), planned)
     student = Logged(target, trial_log) if trial_log is not None else target
-    source = config["path"]
     log.info("compiling with %s (%s): init %s, compile %s", config["name"], config["optimizer"],
              {k: v for k, v in init.items() if not str(v).startswith("$")}, list(comp))
     # Inside the context: some optimizers read dspy.settings.lm when they are built. What an optimizer prints
     # (COPRO echoes each proposal prompt and answer) goes to the debug log: the command's output stays its own.
     with lm_context(lm), dspy_autolog(autolog), contextlib.redirect_stdout(DebugLog(log)):
-        teleprompter = optimizer_class(config["optimizer"], source)(**_resolve(init, bindings, source))
+        teleprompter = optimizer_type(**_resolve(init, bindings, source))
         try:
             compiled = teleprompter.compile(student, **_resolve(comp, bindings, source))
             chosen = compiled.target if trial_log is not None else compiled
@@ -337,6 +325,9 @@ def compile_program(
 
 
 # ---- tune ----
+
+BUDGET_STOP = "budget_stopped"  # the study's user attribute that says why the budget ended a tune run
+
 
 def search_space(setting: Setting, pool_max: int) -> dict:
     """Ranges of the tuned knobs; rounds follow the paper's per-setting shapes."""
@@ -383,17 +374,25 @@ def tune(
     progress: bool = False,
     base: dspy.Module | None = None,
     workers: int = 1,
+    budget=None,
+    overrides=None,
 ):
     """An Optuna study (resumable: load_if_exists) maximizing `metric` of TIDE on the validation part.
 
     Each trial builds TIDE with (T, k, a seeded subset of `library` of the trial's pool size), loads `base`'s
     predictor state (e.g. a compiled program's instructions) when given, and runs it on an LM copy at the
     trial's temperature, `workers` validation instances at a time. `on_trial(trial, value, result)` is called
-    after each finished trial.
+    after each finished trial. `budget` (cost.guard.Budget) caps the LM calls and USD of all trials together: the
+    trial it stops is pruned (its score covers only part of the validation) and the study ends there; `overrides`
+    (cost.prices.Overrides) states prices where the map has none.
 
     Several processes (or machines) may run tune() on one study: give them the same `storage` (an RDB URL such
     as postgresql://...) and `study_name`; Optuna hands each its own trials."""
 
+    import optuna
+
+    from tide_dspy.cost.guard import Budget, Guard
+    from tide_dspy.cost.prices import Overrides
     from tide_dspy.evaluation import evaluate
     from tide_dspy.programs import build_program
 
@@ -403,6 +402,10 @@ def tune(
     space = search_space(setting, len(library))
     worker = f"{socket.gethostname()}:{os.getpid()}"  # which process ran a trial, when several share the study
     study = open_study(study_name or f"tide-{setting.name}", storage, seed)
+    budget, overrides = budget or Budget(), overrides or Overrides()
+    # One spend counter for the study: each trial's LM is a copy of `lm`, whose calls it records in `lm`'s history.
+    spend = Guard(budget, overrides.targets({"backbone": lm, "judge": getattr(judge, "lm", None)})).spend
+    study.set_user_attr(BUDGET_STOP, None)  # why this run's budget ended the study, once it does
 
     def objective(trial):
         params = {
@@ -418,7 +421,12 @@ def tune(
                 program.use_scan(base.focus_size)
             program.load_state(base.dump_state())
         result = evaluate(program, valset, judge=judge, out_path=None, progress=progress,
-                          lm=lm.copy(temperature=params["temperature"]), workers=workers)
+                          lm=lm.copy(temperature=params["temperature"]), workers=workers, budget=budget,
+                          overrides=overrides, spend=spend)
+        if (result.budget or {}).get("stopped"):
+            study.set_user_attr(BUDGET_STOP, result.budget["stopped"])
+            study.stop()
+            raise optuna.TrialPruned(result.budget["stopped"])
         value = aggregate_value(result, metric)
         trial.set_user_attr("n_failed", result.n_failed)
         trial.set_user_attr("worker", worker)

@@ -22,7 +22,7 @@ import dspy
 from dspy.utils.exceptions import AdapterParseError
 from pydantic import BaseModel
 
-from tide_dspy.backbones.usage import entries_since, usage_mark, usage_tokens
+from tide_dspy.cost.usage import entries_since, usage_mark, usage_tokens
 from tide_dspy.domains import ContextView, Setting, get_setting
 from tide_dspy.schemas import Finding, Instance
 from tide_dspy.util.fields import field_of
@@ -133,6 +133,8 @@ def expected_rating(logprobs) -> float | None:
 class Scanner(dspy.Module):
     """One predictor, one call per artifact. Its instruction is optimizable like the round's."""
 
+    max_tokens = SCAN_MAX_TOKENS  # the output each call asks for
+
     def __init__(self, setting: str | Setting):
         super().__init__()
         self.setting = get_setting(setting)
@@ -216,6 +218,9 @@ class ScanOnly(dspy.Module):
 
     def scan_guidance(self) -> str:
         return self.guidance
+
+    def call_plan(self) -> list[tuple[int, int]]:
+        return []  # the scan alone: no round
 
     def view(self, instance: Instance) -> ContextView:
         """The artifacts in the order the program's scan reads them."""

@@ -21,7 +21,7 @@ from rapidfuzz import fuzz, utils
 from tqdm.auto import tqdm
 
 from tide_dspy.abstraction import case_text, source_keys
-from tide_dspy.backbones.usage import entries_usage
+from tide_dspy.cost.usage import entries_usage
 from tide_dspy.domains import SETTINGS, Setting, get_setting
 from tide_dspy.refinement import Refined, refine_template
 from tide_dspy.schemas import GoldProblem, Instance, Template

@@ -2,7 +2,7 @@
 A step records its metrics, params, scores, usage and files on the run (`TrackedRun.record`); they are logged
 once, when the run ends.
 
-LM usage is counted in backbones.usage. The store is `sqlite:///mlflow.db` (in the working directory) unless
+LM usage is counted in cost.usage. The store is `sqlite:///mlflow.db` (in the working directory) unless
 MLFLOW_TRACKING_URI names another. mlflow is imported only inside the functions that use it, so importing this
 module stays cheap.
 """
@@ -155,7 +155,7 @@ def score_metrics(result, prefix: str = "") -> dict[str, float]:
 
 def usage_metrics(usage: dict) -> dict[str, float]:
     """The totals of a usage summary ({role: summary}) as metric names like `backbone_calls`."""
-    from tide_dspy.backbones.usage import USAGE_METRICS
+    from tide_dspy.cost.usage import USAGE_METRICS
 
     return {f"{role}_{key}": float(value) for role, summary in usage.items() for key in USAGE_METRICS
             if (value := (summary or {}).get(key)) is not None}
@@ -220,7 +220,7 @@ class TrackedRun:
     recorded: Record = field(default_factory=Record)
 
     def __post_init__(self):
-        from tide_dspy.backbones.usage import usage_mark
+        from tide_dspy.cost.usage import usage_mark
 
         self.marks = {role: usage_mark(lm) for role, lm in self.lms.items()}
 
@@ -238,7 +238,7 @@ class TrackedRun:
 
     def usage(self) -> dict:
         """{role: calls, tokens and cost of that LM since the run started}."""
-        from tide_dspy.backbones.usage import lm_usage
+        from tide_dspy.cost.usage import lm_usage
 
         return {role: lm_usage(lm, self.marks[role]) for role, lm in self.lms.items()}
 

@@ -9,9 +9,9 @@ where it stopped. A candidate is named by the hash of its predictors' state, so 
 GEPA, SIMBA) gets this without knowing of it. Bootstrapping optimizers read the traces of a live run, so under a
 trace an evaluation always runs.
 
-`Budget` bounds the LM calls and the dollars (the provider's cost, else tokens at the prices) of the whole
-compile; it is checked before each evaluation, so a stop comes at most one evaluation past the bound. `BudgetSpent`
-is then raised through the optimizer, and the best candidate scored so far stands in for its result.
+A `cost.guard.Guard` bounds the LM calls and the dollars of the whole compile, the proposer's included; it is
+checked before each evaluation, so a stop comes at most one evaluation past the bound. `BudgetSpent` is then raised
+through the optimizer, and the best candidate scored so far stands in for its result.
 """
 
 from __future__ import annotations
@@ -19,40 +19,16 @@ from __future__ import annotations
 import importlib
 import json
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import dspy
 from tqdm import tqdm
 
-from tide_dspy.backbones.providers import Prices
-from tide_dspy.backbones.usage import Meter
-from tide_dspy.budget import check_max_cost
+from tide_dspy.cost.guard import Budget, Guard
 from tide_dspy.schemas import Finding, Instance, RoundRecord
 from tide_dspy.util.hashing import sha256_hex
 
 LOG_NAME = "trials.jsonl"
-
-
-class BudgetSpent(BaseException):
-    """The compile's budget is spent. Not an Exception: optimizers and DSPy's Evaluate catch Exception per example
-    and would score the stop as a failed example instead of stopping."""
-
-
-@dataclass(frozen=True)
-class Budget:
-    max_calls: int | None = None
-    max_cost: float | None = None  # USD: the provider's cost of a call, else its tokens at the prices (TrialLog)
-
-    def __post_init__(self):
-        if self.max_calls is not None and self.max_calls < 1:
-            raise ValueError(f"--max-calls must be >= 1, got {self.max_calls}")
-        check_max_cost(self.max_cost)
-
-    def describe(self) -> str:
-        parts = ([f"{self.max_calls} LM calls"] if self.max_calls else []) + (
-            [f"${self.max_cost:g}"] if self.max_cost else [])
-        return " and ".join(parts) or "no bound"
 
 
 def tracing() -> bool:
@@ -100,16 +76,15 @@ class TrialLog:
     A log whose header differs from this compile's (another program shape, data, metric, judge or model) is not
     continued: pass fresh=True (`tide compile --fresh`) or another output folder."""
 
-    def __init__(self, folder: str | Path, header: dict, metric, *, budget: Budget = Budget(), fresh: bool = False,
-                 expected: int | None = None, progress: bool = True, prices: dict[str, Prices] | None = None):
+    def __init__(self, folder: str | Path, header: dict, metric, *, guard: Guard | None = None, fresh: bool = False,
+                 expected: int | None = None, progress: bool = True):
+        """`guard` bounds the search and counts its LM calls (none: no bound, no LM to count)."""
         self.path = Path(folder) / LOG_NAME
-        self.header, self.metric, self.budget = header, metric, budget
+        self.header, self.metric, self.guard = header, metric, guard or Guard(Budget(), {})
         self.rows: dict[tuple[str, str], dict] = {}
         self.states: dict[str, dict] = {}  # candidate key -> predictor states, in the order first scored
         self.replayed = self.live = 0
         self.live_seconds = 0.0
-        self.stopped: str | None = None
-        self.meter = Meter(prices)  # {model: Prices} for the calls whose provider reports no cost
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if fresh and self.path.exists():
             self.path.unlink()
@@ -171,32 +146,24 @@ class TrialLog:
         return key, sum(scores[key]) / most
 
     def summary(self) -> dict:
-        calls, cost = self.meter.spent()
+        calls, cost = self.guard.spend.spent()
         best, scores = self.best(), self.scores()
         return {"trials": len(self.states), "evaluations": len(self.rows), "resumed": self.resumed,
                 "replayed": self.replayed, "live": self.live, "lm_calls": calls, "cost_usd": cost or None,
                 "best": best[0] if best else None, "best_score": round(best[1], 4) if best else None,
-                "stopped": self.stopped,
+                "stopped": self.guard.stopped,
                 "candidates": [{"key": k, "instructions": {n: s["signature"]["instructions"] for n, s in v.items()},
                                 "scores": scores[k]} for k, v in self.states.items()]}
 
     def _show(self) -> None:
         best = self.best()
-        calls, _ = self.meter.spent()
+        calls, _ = self.guard.spend.spent()
         left = self.bar.total - self.bar.n if self.bar.total else 0
         eta = f", ETA {left * self.live_seconds / self.live / 60:.0f} min" if left > 0 and self.live else ""
         trials = f"{len(self.states)} trials, best {best[1]:.3f}" if best else "no trial yet"
         self.bar.set_postfix_str(f"{trials}, {calls} LM calls{eta}")
 
     # ---- the evaluations ----
-    def check_budget(self) -> None:
-        calls, cost = self.meter.spent()
-        if ((self.budget.max_calls is not None and calls >= self.budget.max_calls)
-                or (self.budget.max_cost is not None and cost >= self.budget.max_cost)):
-            self.stopped = f"budget of {self.budget.describe()} reached ({calls} calls" + (
-                f", ${cost:g})" if cost else ")")
-            raise BudgetSpent(self.stopped)
-
     def evaluate(self, module: dspy.Module, target: dspy.Module, case: Instance, **kwargs) -> dspy.Prediction:
         """`target`'s prediction for `case`, as the candidate `module` (its wrapper): from the log when scored
         before, else run live (after a budget check), scored with the metric and logged."""
@@ -207,14 +174,14 @@ class TrialLog:
             self.bar.update(1)
             self._show()
             return as_prediction(row)
-        self.check_budget()
-        start, (calls_before, _) = time.perf_counter(), self.meter.spent()
+        self.guard.check()
+        start, (calls_before, _) = time.perf_counter(), self.guard.spend.spent()
         pred = target(case, **kwargs)
         seconds = time.perf_counter() - start
         score = float(self.metric(dspy.Example(case=case).with_inputs("case"), pred))
         state = self.states.get(key) or predictor_states(module)
         row = {"candidate": key, "instance_id": case.instance_id, "score": score,
-               "lm_calls": self.meter.spent()[0] - calls_before, "seconds": round(seconds, 1), "state": state,
+               "lm_calls": self.guard.spend.spent()[0] - calls_before, "seconds": round(seconds, 1), "state": state,
                "prediction": _dump(pred)}
         self.rows[key, case.instance_id] = row
         self.states.setdefault(key, state)

@@ -18,7 +18,9 @@ import dspy
 from pydantic import BaseModel, ConfigDict
 
 from tide_dspy import metrics
-from tide_dspy.budget import Estimate, Estimator, Limits, Target, estimate_runs
+from tide_dspy.cost.estimate import Estimate, Estimator, estimate_runs
+from tide_dspy.cost.guard import Budget, Guard
+from tide_dspy.cost.prices import Overrides, Target
 from tide_dspy.data.selection import Selection, data_path
 from tide_dspy.discovery import ChanceBaseline
 from tide_dspy.domains import Setting
@@ -28,7 +30,6 @@ from tide_dspy.programs import build_program, load_program, program_dir, save_pr
 from tide_dspy.sandbox import SandboxOptions
 from tide_dspy.schemas import Instance
 from tide_dspy.tracking import dataset_hash, model_name, register_program, tracked_run
-from tide_dspy.trials import Budget
 from tide_dspy.util.jsonio import write_json
 from tide_dspy.util.secrets import scrub_secrets
 
@@ -234,7 +235,7 @@ def compile_and_save(selection: Selection, *, lm: LMSource, backbone: str, metho
                      optimizer: str = "copro", metric: str = "retrieval-f1", judge: str = "proxy",
                      demos: int | None = None, options: list[str] | None = None, val_fraction: float = 0.25,
                      seed: int = 0, workers: int = 1, register: bool = True, autolog: bool = False,
-                     budget: Budget = Budget(), limits: Limits = Limits(), fresh: bool = False,
+                     budget: Budget = Budget(), overrides: Overrides = Overrides(), fresh: bool = False,
                      keep_worse: bool = False, prompt_lm: LMSource | None = None, progress: bool = True,
                      tracking: Tracking = Tracking()) -> CompileResult:
     """Optimize `method`'s program on the train part of `selection`, scored on its held-out validation part before
@@ -249,8 +250,8 @@ def compile_and_save(selection: Selection, *, lm: LMSource, backbone: str, metho
     tables hold the scan recall and no findings. Every evaluation of the search goes to
     programs/<setting>/<backbone>/compile/trials.jsonl, so a rerun of an
     interrupted compile replays what was scored (`fresh` starts over). `budget` bounds the search's LM calls and
-    cost (a call the provider reports no cost for is priced from its tokens at `limits`' prices, else the
-    backbone's and the judge's list prices); when it stops the search, the best candidate scored so far is
+    cost, the proposer's included (a call the provider reports no cost for is priced from its tokens at
+    `overrides`' prices, else the cost map's); when it stops the search, the best candidate scored so far is
     validated (the validation lies outside the bound) and kept by the same rule, and a rerun with a larger budget
     goes on from the log."""
     from tide_dspy.optimize import SCAN_RECALL, aggregate_value, compile_program, parse_options, split_train
@@ -269,35 +270,34 @@ def compile_and_save(selection: Selection, *, lm: LMSource, backbone: str, metho
     proposer = _lm(prompt_lm) if prompt_lm is not None else None
     folder = program_dir(setting.name, backbone, root=programs)
     out = folder / ("tide.json" if method == "tide" else f"{method}.json")
-    overrides = parse_options(options)
+    optimizer_options = parse_options(options)
     params = {**_base_params(selection, instances, lm, judge), "method": method, "optimizer": optimizer,
               "metric": metric, "T": program.max_rounds, "k": program.per_round,
-              "pool_size": len(program.templates), "demos": demos, "options": overrides,
+              "pool_size": len(program.templates), "demos": demos, "options": optimizer_options,
               "train_ids": [i.instance_id for i in train], "val_ids": [i.instance_id for i in val],
               "max_calls": budget.max_calls, "max_cost": budget.max_cost,
               "proposer": _describe(proposer) if proposer is not None else None}
     header = compile_header(program, method, metric, judge, lm)
-    targets = {**estimate_targets(lm, backbone, judge_model, judge, limits),
-               "proposer": Target.of(proposer) if proposer is not None else None}
-    prices = {t.lm.model: t.prices for t in targets.values() if t and t.prices and getattr(t.lm, "model", None)}
+    lms = {"backbone": lm, "judge": getattr(judge_model, "lm", None),
+           **({"proposer": proposer} if proposer is not None else {})}
     opened: list[TrialLog] = []
 
     def open_trials(score, planned):
-        opened.append(TrialLog(folder / "compile", header, score, budget=budget, fresh=fresh, expected=planned,
-                               progress=progress, prices=prices))
+        # Its spend starts with the search, after the validation.
+        guard = Guard(budget, overrides.targets(lms), estimates=False)
+        opened.append(TrialLog(folder / "compile", header, score, guard=guard, fresh=fresh, expected=planned,
+                               progress=progress))
         return opened[-1]
 
-    lms = {"backbone": lm, "judge": getattr(judge_model, "lm", None),
-           **({"proposer": proposer} if proposer is not None else {})}
     # A scan-recall compile tunes and validates the scan alone: the rounds add nothing its metric can see.
     validated = ScanOnly if metric == SCAN_RECALL else (lambda p: p)
     with _track("compile", selection, backbone, tracking, params, lms) as run:
         scored = {"judge": judge_model, "lm": lm, "resume": False, "workers": workers, "progress": progress,
-                  "method": method}
+                  "method": method, "overrides": overrides}
         before = evaluate(validated(program), val, out_path=folder / "compile" / "val_before.jsonl", **scored)
         t1 = run.seconds()
         compiled = compile_program(program, train, val, optimizer, metric, judge=judge_model, demos=demos,
-                                   options=overrides, lm=lm, prompt_lm=proposer, threads=workers,
+                                   options=optimizer_options, lm=lm, prompt_lm=proposer, threads=workers,
                                    autolog=run.enabled and autolog, trials=open_trials)
         t2 = run.seconds()
         search = opened[0].summary()
@@ -328,7 +328,7 @@ def compile_and_save(selection: Selection, *, lm: LMSource, backbone: str, metho
         save_program(compiled if kept == "compiled" else program, out, extra=extra)
         run.provenance(folder, out.name, seconds=seconds, metric=metric, val_before=metric_before,
                        val_after=metric_after, kept=kept, keep_worse=keep_worse, val_ids=params["val_ids"],
-                       train_ids=params["train_ids"], optimizer=optimizer, options=overrides, search=search,
+                       train_ids=params["train_ids"], optimizer=optimizer, options=optimizer_options, search=search,
                        lm_usage=usage, data=selection.source().record())
         run.record(files={out: "program", **{path: None for path in (
             library, folder / "compile" / "val_before.jsonl", folder / "compile" / "val_after.jsonl",
@@ -349,22 +349,24 @@ class TuneResult(BaseModel):
     study: str
     storage: str  # credentials scrubbed
     metric: str
-    best_trial: int
-    best_value: float
+    best_trial: int | None  # None when no trial finished (the budget stopped the first)
+    best_value: float | None
     best_params: dict[str, Any]
     trials: int
-    path: Path  # tune.json
+    path: Path | None  # tune.json; None when no trial finished
+    stopped: str | None = None  # why the budget ended the study
 
 
 def tune_and_save(selection: Selection, *, lm: LMSource, backbone: str, trials: int, templates: str | None = None,
                   program: str | None = None, programs: str = "programs", metric: str = "retrieval-f1",
                   judge: str = "proxy", val_fraction: float = 0.25, seed: int = 0, workers: int = 1,
                   storage: str = "sqlite:///optuna.db", study: str | None = None,
-                  on_trial: Callable[[Any, float], None] | None = None,
-                  tracking: Tracking = Tracking()) -> TuneResult:
+                  on_trial: Callable[[Any, float], None] | None = None, budget: Budget = Budget(),
+                  overrides: Overrides = Overrides(), tracking: Tracking = Tracking()) -> TuneResult:
     """Optuna trials over T, k, pool size and temperature on the validation part of `selection`; the summary goes
-    to programs/<setting>/<backbone>/tune.json. `on_trial(trial, value)` is called after each trial."""
-    from tide_dspy.optimize import split_train, tune
+    to programs/<setting>/<backbone>/tune.json. `on_trial(trial, value)` is called after each trial. `budget` caps
+    the LM calls and USD of this run's trials together (optimize.tune)."""
+    from tide_dspy.optimize import BUDGET_STOP, split_train, tune
     from tide_dspy.templates import TemplateLibrary
 
     setting = selection.setting
@@ -387,7 +389,12 @@ def tune_and_save(selection: Selection, *, lm: LMSource, backbone: str, trials: 
             run.log_step("trial_value", value, trial.number)
 
         found = tune(setting, library, val, lm=lm, n_trials=trials, storage=storage, study_name=study_name,
-                     metric=metric, judge=judge_model, on_trial=after_trial, base=base, workers=workers)
+                     metric=metric, judge=judge_model, on_trial=after_trial, base=base, workers=workers,
+                     budget=budget, overrides=overrides)
+        stopped = found.user_attrs.get(BUDGET_STOP)
+        if not any(t.state.name == "COMPLETE" for t in found.trials):
+            return TuneResult(study=study_name, storage=clean_storage, metric=metric, best_trial=None,
+                              best_value=None, best_params={}, trials=len(found.trials), path=None, stopped=stopped)
         best = found.best_trial
         seconds = run.seconds()
         summary = {"study": study_name, "storage": clean_storage, "base_program": params["base_program"],
@@ -400,7 +407,7 @@ def tune_and_save(selection: Selection, *, lm: LMSource, backbone: str, trials: 
                    params={f"best_{k}": v for k, v in best.params.items()}, files={folder / "tune.json": None})
     return TuneResult(study=study_name, storage=clean_storage, metric=metric, best_trial=best.number,
                       best_value=best.value, best_params=best.params, trials=len(found.trials),
-                      path=folder / "tune.json")
+                      path=folder / "tune.json", stopped=stopped)
 
 
 # ---- evaluate ----
@@ -460,10 +467,11 @@ def evaluate_split(selection: Selection, *, lm: LMSource, backbone: str, program
                    programs: str = "programs", judge: str = "proxy", workers: int = 1,
                    out: str | Path | None = None, resume: bool = False, fresh: bool = False,
                    verification: RepoVerification = RepoVerification(), check_out: Callable[[Path], Any] | None = None,
-                   limits: Limits = Limits(), tracking: Tracking = Tracking()) -> EvaluationRun:
+                   budget: Budget = Budget(), overrides: Overrides = Overrides(),
+                   tracking: Tracking = Tracking()) -> EvaluationRun:
     """Score a saved `program` (path or models:/ URI) or a fresh `method` on `selection`, one row per instance in
     `out` (default runs/<setting>/<backbone>/<method>-<split>/results.jsonl). `check_out(folder)` vets the output
-    folder before any LM work. `limits`: a budget (USD), prices and a window override (budget.Limits)."""
+    folder before any LM work. `budget` caps its LM calls and USD; `overrides` states prices and the window."""
     built, selection, method = evaluation_program(selection, backbone=backbone, program=program, method=method,
                                                   shape=shape, templates=templates, programs=programs)
     setting = selection.setting
@@ -481,7 +489,7 @@ def evaluate_split(selection: Selection, *, lm: LMSource, backbone: str, program
               "verify_repo": verification.repo}
     with _track("evaluate", selection, backbone, tracking, params, {}) as run:
         result = evaluate(built, instances, judge=judge_model, out_path=results, resume=resume, lm=lm,
-                          method=method, execute=execute, workers=workers, limits=limits,
+                          method=method, execute=execute, workers=workers, budget=budget, overrides=overrides,
                           config={"command": tracking.command_line, "program_path": program, "backbone": backbone,
                                   "split": selection.split, "data": selection.source().record()})
         seconds = run.seconds()
@@ -518,17 +526,20 @@ def stand_in_templates(setting: Setting, backbone: str, templates: str | Path | 
     return path, None
 
 
-def estimate_targets(lm, backbone: str, judge_model, judge: str, limits: Limits) -> dict[str, Target | None]:
-    """The backbone and (for an LLM judge) the judge, with the prices and window `limits` may override."""
+def estimate_targets(lm, backbone: str, judge_model, judge: str, overrides: Overrides,
+                     proposer=None) -> dict[str, Target | None]:
+    """The backbone, (for an LLM judge) the judge and (where one proposes) the proposer, with what `overrides`
+    states; an LM that stands in for the named backbone or judge is sized as it (backbones.sized_as)."""
+    from tide_dspy.backbones import sized_as
+
     judge_lm = getattr(judge_model, "lm", None)
-    return {"backbone": Target.of(lm, backbone, prices=limits.prices, window=limits.context_window,
-                                  output=limits.output_tokens),
-            "judge": Target.of(judge_lm, judge, prices=limits.judge_prices) if judge_lm is not None else None}
+    return overrides.targets({"backbone": lm, "judge": judge_lm, "proposer": proposer},
+                             like={"backbone": sized_as(lm, backbone), "judge": sized_as(judge_lm, judge)})
 
 
 def estimator_for(lm, targets: dict[str, Target | None], counter=None) -> Estimator:
     """An estimator that formats prompts as the run will: the adapter the run scopes around its calls. `counter`
-    (a budget.PromptCounter) may be shared between estimates of the same prompts."""
+    (a cost.estimate.PromptCounter) may be shared between estimates of the same prompts."""
     from tide_dspy.backbones import adapter_for
 
     estimator = Estimator.for_targets(targets, adapter=dspy.settings.adapter or adapter_for(lm) or dspy.ChatAdapter())
@@ -539,7 +550,7 @@ def estimator_for(lm, targets: dict[str, Target | None], counter=None) -> Estima
 
 def estimate_split(selection: Selection, *, lm: LMSource, backbone: str, program: str | None = None,
                    method: str | None = None, shape: ProgramShape = ProgramShape(), templates: str | None = None,
-                   programs: str = "programs", judge: str = "proxy", limits: Limits = Limits()) -> Estimate:
+                   programs: str = "programs", judge: str = "proxy", overrides: Overrides = Overrides()) -> Estimate:
     """What `evaluate_split` with these arguments would send and cost (`tide evaluate --dry-run`)."""
     note = None
     if not program and method and get_method(method).templates and selection.setting:
@@ -549,7 +560,7 @@ def estimate_split(selection: Selection, *, lm: LMSource, backbone: str, program
                                                   shape=shape, templates=templates, programs=programs)
     instances = selection.load()
     lm, judge_model = _lm(lm), metrics.make_judge(judge)
-    targets = estimate_targets(lm, backbone, judge_model, judge, limits)
+    targets = estimate_targets(lm, backbone, judge_model, judge, overrides)
     estimate = estimate_runs({method: built}, instances, estimator_for(lm, targets), targets)
     estimate.notes += [note] if note else []
     return estimate
@@ -559,12 +570,19 @@ def estimate_compile(selection: Selection, *, lm: LMSource, backbone: str, metho
                      shape: ProgramShape = ProgramShape(), templates: str | None = None, programs: str = "programs",
                      optimizer: str = "copro", judge: str = "proxy", demos: int | None = None,
                      options: list[str] | None = None, val_fraction: float = 0.25, seed: int = 0,
-                     prompt_model: str | None = None, limits: Limits = Limits()) -> Estimate:
+                     prompt_lm: LMSource | None = None, overrides: Overrides = Overrides()) -> Estimate:
     """What `compile_and_save` would send and cost (`tide compile --dry-run`): the validation before and after,
-    the optimizer's program runs (budget.optimizer_plan) and its proposals, priced as the backbone's calls (also
-    when `prompt_model` proposes: the estimate says so)."""
-    from tide_dspy.budget import PROPOSAL_PROMPT_TOKENS, optimizer_plan
-    from tide_dspy.optimize import load_optimizer_config, optimizer_arguments, parse_options, split_train
+    the optimizer's program runs (cost.optimizers) and its proposals, priced as the proposer's calls (`prompt_lm`,
+    the --prompt-model) or, without one, as the backbone's."""
+    from tide_dspy.cost.estimate import PROPOSAL_PROMPT_TOKENS
+    from tide_dspy.cost.optimizers import optimizer_plan
+    from tide_dspy.optimize import (
+        load_optimizer_config,
+        optimizer_arguments,
+        optimizer_class,
+        parse_options,
+        split_train,
+    )
 
     setting = selection.setting
     instances = selection.load()
@@ -576,10 +594,12 @@ def estimate_compile(selection: Selection, *, lm: LMSource, backbone: str, metho
     config = load_optimizer_config(optimizer)
     init, comp = optimizer_arguments(config, demos=demos, options=parse_options(options), n_train=len(train))
     lm, judge_model = _lm(lm), metrics.make_judge(judge)
-    targets = estimate_targets(lm, backbone, judge_model, judge, limits)
+    proposer = _lm(prompt_lm) if prompt_lm is not None else None
+    targets = estimate_targets(lm, backbone, judge_model, judge, overrides, proposer)
     estimator = estimator_for(lm, targets)
     round_prompt = round(sum(estimator.largest_prompt(program, i) for i in train) / len(train))
-    plan = optimizer_plan(config, init, comp, len(train), len(val), len(program.predictors()), round_prompt)
+    plan = optimizer_plan(optimizer_class(config["optimizer"], config["path"]), init, comp, n_train=len(train),
+                          n_val=len(val), predictors=len(program.predictors()), round_prompt=round_prompt)
     estimate = Estimate.for_targets(targets)
     estimate_runs({"before (validation)": program}, val, estimator, targets, estimate=estimate)
     if plan.train_passes:
@@ -590,19 +610,17 @@ def estimate_compile(selection: Selection, *, lm: LMSource, backbone: str, metho
                       runs=plan.val_passes, estimate=estimate)
     if plan.proposals:
         estimate.add("optimizer: proposals", estimator.proposal_calls(
-            plan.proposals, plan.proposal_prompt or PROPOSAL_PROMPT_TOKENS))
+            plan.proposals, plan.proposal_prompt or PROPOSAL_PROMPT_TOKENS,
+            role="proposer" if proposer is not None else "backbone"))
     estimate_runs({"after (validation)": program}, val, estimator, targets, estimate=estimate)
     estimate.instances = len(instances)
     estimate.notes += [plan.note, *([note] if note else [])]
-    if prompt_model and plan.proposals:
-        estimate.notes.append(f"the proposals go to {prompt_model} (--prompt-model) but are counted and priced here "
-                              "as the backbone's calls")
     return estimate
 
 
 def estimate_tune(selection: Selection, *, lm: LMSource, backbone: str, trials: int, templates: str | None = None,
                   program: str | None = None, programs: str = "programs", judge: str = "proxy",
-                  val_fraction: float = 0.25, seed: int = 0, limits: Limits = Limits()) -> Estimate:
+                  val_fraction: float = 0.25, seed: int = 0, overrides: Overrides = Overrides()) -> Estimate:
     """What `tune_and_save` would send and cost (`tide tune --dry-run`): each trial on the validation part, at
     the largest shape of the search space (an upper bound)."""
     from tide_dspy.optimize import search_space, split_train
@@ -624,7 +642,7 @@ def estimate_tune(selection: Selection, *, lm: LMSource, backbone: str, trials: 
         trial.load_state(base.dump_state())
         trial.max_rounds, trial.per_round = rounds, per_round
     lm, judge_model = _lm(lm), metrics.make_judge(judge)
-    targets = estimate_targets(lm, backbone, judge_model, judge, limits)
+    targets = estimate_targets(lm, backbone, judge_model, judge, overrides)
     estimate = estimate_runs({f"{trials} trial(s)": trial}, val, estimator_for(lm, targets), targets, runs=trials)
     estimate.notes.append(f"each trial at the search space's largest shape (T={rounds}, k={per_round}, all "
                           f"{len(library)} templates), on the {len(val)} validation instances")

@@ -12,10 +12,10 @@ _EXPORTS = {
     "ProviderLM": "tide_dspy.backbones.calls", "RetryPolicy": "tide_dspy.backbones.calls",
     "JudgeSpec": "tide_dspy.backbones.options", "LMOptions": "tide_dspy.backbones.options",
     "add_lm_options": "tide_dspy.backbones.options", "lm_from_options": "tide_dspy.backbones.options",
-    "add_proposer_options": "tide_dspy.backbones.options", "proposer_from_options": "tide_dspy.backbones.options",
+"proposer_from_options": "tide_dspy.backbones.options",
     **{name: "tide_dspy.backbones.registry" for name in (
         "BACKBONES", "DEFAULT_BACKBONE", "Backbone", "adapter_for", "describe_lm", "get_lm", "lm_context", "resolve",
-        "serializes_calls")},
+        "serializes_calls", "sized_as")},
 }
 
 __all__ = sorted(_EXPORTS)

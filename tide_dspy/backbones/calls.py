@@ -206,7 +206,7 @@ class ProviderLM(dspy.LM):
     def update_history(self, entry):
         """Record a call; a copy's calls go to the history of the LM it was copied from too. Optimizers copy the LM
         they are given (MIPROv2's proposer at another temperature, say), and the usage a command reports is read
-        from the history of the LM it built (backbones.usage), so those calls are counted and priced as its."""
+        from the history of the LM it built (cost.usage), so those calls are counted and priced as its."""
         super().update_history(entry)
         origin, bound = self.tide_origin, dspy.settings.max_history_size
         if origin is None or dspy.settings.disable_history or not bound:

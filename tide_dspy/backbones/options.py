@@ -52,17 +52,6 @@ def add_lm_options(parser: argparse.ArgumentParser, *, with_backbone: bool = Tru
                              "default), llama.cpp (python -m llama_cpp.server), off (default: $TIDE_SERVER_SCHEMA)")
 
 
-def add_proposer_options(parser: argparse.ArgumentParser) -> None:
-    """The options of a command whose optimizer proposes instructions with a model of its own (`tide compile`)."""
-    parser.add_argument("--prompt-model", default=None, metavar="BACKBONE",
-                        help="the model that proposes or reflects on instructions (MIPROv2's and COPRO's "
-                             "prompt_model, GEPA's reflection_lm, SIMBA's prompt_model): any backbone name "
-                             "(default: the backbone being compiled); its calls count toward --max-calls and "
-                             "--max-cost and appear in lm_usage.json")
-    parser.add_argument("--prompt-api-base", default=None, metavar="URL",
-                        help="where --prompt-model's calls go, when not to its provider (never --api-base)")
-
-
 @dataclass(frozen=True)
 class LMOptions:
     """The LM options of a command line (`--backbone`, `--api-base`, `--num-retries`, ...); None leaves a setting

@@ -17,6 +17,7 @@ from dspy.utils.exceptions import LMAuthError, LMError, LMNotConfiguredError, LM
 
 from tide_dspy.backbones.calls import unresolvable
 from tide_dspy.backbones.registry import provider_address, resolve
+from tide_dspy.cost.prices import Target, map_entry, map_key
 from tide_dspy.util.secrets import scrub_text
 
 PROMPT = "Reply with the single word: ok"
@@ -73,9 +74,11 @@ def _describe(lm) -> CheckReport:
     structured = (f"JSON schema, {rules.schema_dialect} dialect" if rules.schema_dialect != "json-object"
                   else "JSON object (the schema is in the prompt)")
     structured += "; DSPy's JSON fallback on" if rules.json_fallback else "; no JSON fallback (salvage and retries)"
-    window = (f"{rules.context_window:,} tokens, {rules.max_output_tokens:,} output" if rules.context_window
+    target = Target.of(lm)
+    most = map_entry(map_key(lm)).get("max_output_tokens")
+    window = (f"{target.window:,} tokens" + (f", {most:,} output" if most else "") if target.window
               else "unknown (the server's own)")
-    prices = rules.prices
+    prices = target.prices
     price = ("no price entry: cost_usd stays null" if prices is None else
              f"${prices.prompt:g} in / ${prices.completion:g} out per M tokens"
              + (f", ${prices.cached_prompt:g} cached" if prices.cached_prompt is not None else "")

@@ -1,8 +1,9 @@
-"""What each provider accepts: sampling parameters, window and output limits, structured-output dialect, prices.
+"""What each provider accepts: sampling parameters, structured-output dialect, prompt caching, request options.
 
 One `ProviderRules` per backbone (`Backbone.rules`). Every request tide-dspy sends to a hosted backbone (rounds,
-retries, Multi's samples, judges, distillation) is shaped by these rules, and every estimate before spending
-(window pre-check, dry run, budget) reads them. Each rule names the page that documents it.
+retries, Multi's samples, judges, distillation) is shaped by these rules. Prices, windows and output limits come from
+LiteLLM's model cost map (tide_dspy.cost.prices); a rule here adds only what that map lacks or states for another
+request (`context_window`, `metadata`). Each rule names the page that documents it.
 
 Where they apply: `ProviderLM` (backbones.calls) shapes every call's sampling parameters with `sampling`;
 `tide_dspy.retry.sampling_config` asks the same rules before it writes a per-call config; and the round's output
@@ -19,26 +20,6 @@ from typing import Any
 logger = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class Prices:
-    """USD per million tokens, list prices."""
-
-    prompt: float
-    completion: float
-    cached_prompt: float | None = None  # a cache read; None where the provider has no discount
-    source: str = ""
-    cache_write: float | None = None  # a cache write, where the provider charges one (Anthropic: 1.25 x prompt)
-
-    def cost_of(self, prompt: float, completion: float, cached: float = 0, cache_write: float = 0) -> float:
-        """USD of these tokens: `cached` (read from the provider's cache) and `cache_write` tokens are part of
-        `prompt` and cost the cache-read and cache-write prices, where there are any, else the prompt price. The one
-        pricing of an LM call, for run budgets, usage summaries and estimates alike."""
-        plain = max(0, prompt - cached - cache_write)
-        return (plain * self.prompt + completion * self.completion
-                + cached * (self.cached_prompt if self.cached_prompt is not None else self.prompt)
-                + cache_write * (self.cache_write if self.cache_write is not None else self.prompt)) / 1_000_000
-
-
 # How the round's JSON schema must be written for a provider (sanitize_schema):
 # - "full": as tide-dspy writes it (the embedded engine and openai-compatible servers compile every keyword);
 # - "openai-strict": OpenAI's strict structured outputs: no `default`, at most 1,000 enum values;
@@ -53,15 +34,14 @@ SCHEMA_DIALECTS = ("full", "openai-strict", "anthropic", "gemini", "json-object"
 @dataclass(frozen=True)
 class ProviderRules:
     provider: str  # openai | anthropic | gemini | dashscope | openai-compatible | local | unknown
-    context_window: int | None = None  # prompt + output tokens; None: unknown
-    max_output_tokens: int | None = None
+    # Prompt + output tokens, where the cost map's input limit is not the window a plain request gets.
+    context_window: int | None = None
+    # The cost map's entry for this model ("provider/model"), where the model string is not its key.
+    metadata: str | None = None
     # Reasoning models take only their default temperature: samples then differ by rollout_id and seed alone.
     accepts_temperature: bool = True
     schema_dialect: str = "openai-strict"  # how the grounded JSON schema must be shaped for this provider
-    prices: Prices | None = None
     docs: tuple[str, ...] = field(default_factory=tuple)
-    # A separate input limit inside the window (OpenAI: 272k of 400k): a prompt must fit both.
-    max_prompt_tokens: int | None = None
     accepts_seed: bool = True
     max_temperature: float = 2.0
     max_enum_values: int | None = None  # enum values in one schema, all enums together
@@ -97,54 +77,48 @@ UNKNOWN = ProviderRules("unknown", accepts_temperature=False, accepts_seed=False
 DEFAULT_BACKBONE = "local"
 
 # The embedded engine and openai-compatible servers compile the full schema (llama.cpp grammars, vLLM guided
-# decoding); their windows are the engine's n_ctx / the server's own, and no price applies.
+# decoding); their windows are the engine's n_ctx / the server's own, and no list price applies.
 LOCAL = ProviderRules("local", schema_dialect="full", prompt_cache="none")
 OPENAI_COMPATIBLE = ProviderRules("openai-compatible", schema_dialect="full", prompt_cache="none")
 
-# The paper's four hosted backbones: the providers' published limits and list prices.
+# The paper's four hosted backbones.
 OPENAI_GPT5_MINI = ProviderRules(
-    # https://platform.openai.com/docs/models/gpt-5-mini: 400,000-token window, 128,000 output, 272,000 input;
-    # $0.25 input, $0.025 cached input, $2.00 output per million.
+    # https://platform.openai.com/docs/models/gpt-5-mini: a 400,000-token window, of which at most 272,000 input
+    # (the map's input limit) and 128,000 output: the map has the two limits, not the window they share.
     # https://platform.openai.com/docs/guides/reasoning: reasoning models take only the default temperature (1).
     # https://platform.openai.com/docs/guides/structured-outputs#supported-schemas: no `default`; 1,000 enum values.
-    "openai", context_window=400_000, max_output_tokens=128_000, max_prompt_tokens=272_000,
+    "openai", context_window=400_000,
     accepts_temperature=False, schema_dialect="openai-strict", max_enum_values=1000, output_tokens=16_000,
-    prices=Prices(0.25, 2.00, 0.025, "https://platform.openai.com/docs/pricing"),
     docs=("https://platform.openai.com/docs/models/gpt-5-mini", "https://platform.openai.com/docs/guides/reasoning",
           "https://platform.openai.com/docs/guides/structured-outputs#supported-schemas",
           "https://platform.openai.com/docs/guides/prompt-caching"))
 ANTHROPIC_SONNET_45 = ProviderRules(
-    # https://docs.claude.com/en/docs/about-claude/models/overview: 200K window (1M in beta), 64K output.
+    # https://docs.claude.com/en/docs/about-claude/models/overview: a 200K window; the map's 1M input limit is the
+    # beta window, which needs a header tide-dspy does not send (cost.prices.LONG_CONTEXT).
     # https://docs.claude.com/en/api/messages: temperature 0..1, no seed field, max_tokens required.
     # https://docs.claude.com/en/docs/build-with-claude/structured-outputs#json-schema-limitations: no length,
     # numeric or array bounds beyond minItems 0/1.
     # https://docs.claude.com/en/docs/build-with-claude/prompt-caching: caches only up to cache_control marks;
-    # reads cost 0.1x and writes 1.25x the input price.
-    "anthropic", context_window=200_000, max_output_tokens=64_000, schema_dialect="anthropic", accepts_seed=False,
+    # reads cost 0.1x and writes 1.25x the input price (the map's cache prices).
+    "anthropic", context_window=200_000, schema_dialect="anthropic", accepts_seed=False,
     max_temperature=1.0, prompt_cache="explicit", output_tokens=16_384,
-    prices=Prices(3.00, 15.00, 0.30, "https://docs.claude.com/en/docs/about-claude/pricing", cache_write=3.75),
     docs=("https://docs.claude.com/en/docs/build-with-claude/structured-outputs",
           "https://docs.claude.com/en/docs/build-with-claude/context-windows",
           "https://docs.claude.com/en/docs/build-with-claude/prompt-caching"))
 GEMINI_35_FLASH = ProviderRules(
-    # https://ai.google.dev/gemini-api/docs/models: 1,048,576 input and 65,536 output tokens.
+    # https://ai.google.dev/gemini-api/docs/models: 1,048,576 input and 65,536 output tokens; the window is taken
+    # as the map's input limit, prompt and output together: the safe reading for a pre-check.
     # https://ai.google.dev/gemini-api/docs/gemini-3: keep temperature at its default of 1.0.
-    # https://ai.google.dev/gemini-api/docs/pricing: $1.50 input, $0.15 cached (implicit caching), $9.00 output.
-    # The window is taken as the input limit, prompt and output together: the safe reading for a pre-check.
-    "gemini", context_window=1_048_576, max_output_tokens=65_536, max_prompt_tokens=1_048_576,
-    accepts_temperature=False, schema_dialect="gemini", output_tokens=16_384,
-    prices=Prices(1.50, 9.00, 0.15, "https://ai.google.dev/gemini-api/docs/pricing"),
+    "gemini", accepts_temperature=False, schema_dialect="gemini", output_tokens=16_384,
     docs=("https://ai.google.dev/gemini-api/docs/gemini-3", "https://ai.google.dev/gemini-api/docs/structured-output",
           "https://ai.google.dev/gemini-api/docs/caching"))
 DASHSCOPE_QWEN_36_FLASH = ProviderRules(
     # https://www.alibabacloud.com/help/en/model-studio/compatibility-of-openai-with-dashscope: OpenAI's chat
     # format; JSON mode needs "json" in the prompt. https://www.alibabacloud.com/help/en/model-studio/deep-thinking:
     # a non-streaming call must send enable_thinking false where thinking is on by default, so it is always sent.
-    # The id and limits are resellers' (1M window, 65,536 output); the price is OpenRouter's listing of
-    # qwen/qwen3.6-flash in DSPy's price snapshot.
-    "dashscope", context_window=1_000_000, max_output_tokens=65_536, schema_dialect="json-object",
+    # The map has no dashscope entry: the limits (1M window, 65,536 output) and price are OpenRouter's listing.
+    "dashscope", metadata="openrouter/qwen/qwen3.6-flash", schema_dialect="json-object",
     output_tokens=16_384, request_options={"extra_body": {"enable_thinking": False}},
-    prices=Prices(0.1875, 1.125, None, "OpenRouter's listing of qwen/qwen3.6-flash in DSPy's price snapshot"),
     docs=("https://www.alibabacloud.com/help/en/model-studio/compatibility-of-openai-with-dashscope",
           "https://www.alibabacloud.com/help/en/model-studio/deep-thinking"))
 
@@ -159,12 +133,12 @@ KNOWN_MODELS: dict[str, ProviderRules] = {
 
 def rules_for_model(model: str) -> ProviderRules:
     """The rules of a hosted model string; an unknown one gets conservative rules (no temperature, no seed, the
-    strictest schema, no window or price known) and a warning that says so."""
+    strictest schema; its window and price are the cost map's, where it has them) and a warning that says so."""
     if model in KNOWN_MODELS:
         return KNOWN_MODELS[model]
     provider = model.split("/", 1)[0] if "/" in model else "unknown"
     logger.warning("%s is not a registered backbone: tide-dspy sends it conservative requests (no temperature, no "
-                   "seed, a schema without bounds or defaults) and knows no window or price for it", model)
+                   "seed, a schema without bounds or defaults)", model)
     return replace(UNKNOWN, provider=provider)
 
 

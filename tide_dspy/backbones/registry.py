@@ -36,6 +36,7 @@ from tide_dspy.backbones.providers import (
     rules_for_model,
 )
 from tide_dspy.backbones.served import ServedEngine
+from tide_dspy.cost.prices import map_entry
 from tide_dspy.util.hashing import short_sha256
 from tide_dspy.util.secrets import scrub_secrets, scrub_text
 
@@ -193,8 +194,9 @@ def get_lm(name: str = DEFAULT_BACKBONE, *, api_base: str | None = None, tempera
     max_tokens = _pick(max_tokens, "TIDE_MAX_TOKENS", int, backbone.defaults.get("max_tokens", rules.output_tokens))
     if max_tokens is not None and max_tokens < 1:
         raise ValueError(f"max_tokens must be at least 1, got {max_tokens} (from --max-tokens or TIDE_MAX_TOKENS)")
-    if max_tokens is not None and rules.max_output_tokens and max_tokens > rules.max_output_tokens:
-        raise ValueError(f"max_tokens {max_tokens} is more than {backbone.name} writes ({rules.max_output_tokens}); "
+    most = map_entry(rules.metadata or backbone.model).get("max_output_tokens") if backbone.kind == "hosted" else None
+    if max_tokens is not None and isinstance(most, int) and max_tokens > most:
+        raise ValueError(f"max_tokens {max_tokens} is more than {backbone.name} writes ({most}); "
                          "pass a smaller --max-tokens")
     timeout = _positive(_pick(timeout, "TIDE_TIMEOUT", float, None), "timeout (--timeout / TIDE_TIMEOUT)")
 
@@ -258,6 +260,17 @@ def hosted_lm(backbone: Backbone, *, api_base: str | None, temperature: float | 
                     cache_identity=identity, **options)
     lm.tide_native_client = uses_native_client(lm)  # where prompt-cache marks go (backbones.prompt_caching)
     return lm
+
+
+def sized_as(lm, backbone: str | None):
+    """The LM whose rules, window and prices describe `lm`: None when get_lm built it (it carries them), else an LM
+    get_lm builds for `backbone` and never calls: a caller's own LM standing in for the backbone a run names."""
+    if lm is None or getattr(lm, "tide_rules", None) is not None or not backbone:
+        return None
+    try:
+        return get_lm(backbone)
+    except ValueError:  # an unknown name or a served backbone without an address: sized by its own model string
+        return None
 
 
 def describe_lm(lm) -> dict:

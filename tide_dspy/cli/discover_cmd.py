@@ -6,8 +6,8 @@ import argparse
 import sys
 
 from tide_dspy.backbones import LMOptions, add_lm_options, lm_from_options
-from tide_dspy.budget import add_cost_options
 from tide_dspy.cli.common import add_sandbox_options, check_output_folder, sandbox_options
+from tide_dspy.cli.options import add_cost_options, budget_of, overrides_of
 from tide_dspy.util.argtypes import positive_float, positive_int
 from tide_dspy.util.safe_write import OutLock
 
@@ -25,8 +25,6 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--per-round", type=positive_int, default=None, help="new findings per round k (default: the program's)"
     )
-    parser.add_argument("--max-context-tokens", type=positive_int, default=None,
-                        help="context window to plan for (default: the backbone's n_ctx, else 32768)")
     scan = parser.add_mutually_exclusive_group()
     scan.add_argument("--scan", type=positive_int, default=None, metavar="N",
                       help="rate every artifact on its own first, then let each round read the N most suspect "
@@ -38,7 +36,8 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
                                                               "inside the tree being read is refused")
     parser.add_argument("--out-inside", action="store_true",
                         help="allow --out inside the tree being read (which could ship files or links there)")
-    add_cost_options(parser, judge=False)
+    add_cost_options(parser, judge=False, stops="no window of the context starts once what was spent plus its "
+                                                    "estimate would pass the cap; the report holds what finished")
     add_lm_options(parser)
 
 
@@ -115,7 +114,8 @@ def _common(args: argparse.Namespace, tree: str) -> dict:
         templates=args.templates,
         rounds=args.rounds,
         per_round=args.per_round,
-        max_context_tokens=args.max_context_tokens,
+        budget=budget_of(args),
+        overrides=overrides_of(args),
         scan=scan_focus(args),
         progress=print_line,
     )
@@ -143,8 +143,8 @@ def _dry_run(args: argparse.Namespace, instance, unit_of) -> int:
 
     estimate = estimate_discovery(instance, lm=lm_from_options(LMOptions.from_namespace(args)), backbone=args.backbone,
                                   program=args.program, templates=args.templates, rounds=args.rounds,
-                                  per_round=args.per_round, max_context_tokens=args.max_context_tokens,
-                                  unit_of=unit_of, scan=scan_focus(args), prices=args.price,
+                                  per_round=args.per_round, unit_of=unit_of, scan=scan_focus(args),
+                                  overrides=overrides_of(args),
                                   progress=lambda line: print(line, flush=True))
     print(estimate.table())
     print("dry run: no model was called, no report written")

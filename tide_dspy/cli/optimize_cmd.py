@@ -11,8 +11,7 @@ import argparse
 import sys
 from typing import TYPE_CHECKING
 
-from tide_dspy.backbones.options import LMOptions, add_proposer_options, lm_from_options, proposer_from_options
-from tide_dspy.budget import Limits, add_cost_options, add_max_cost_option
+from tide_dspy.backbones.options import LMOptions, lm_from_options, proposer_from_options
 from tide_dspy.cli.common import (
     add_data_options,
     add_output_options,
@@ -24,6 +23,7 @@ from tide_dspy.cli.common import (
     command_line,
     sandbox_options,
 )
+from tide_dspy.cli.options import add_cost_options, add_proposer_options, budget_of, overrides_of
 from tide_dspy.methods import METHODS, floor_methods, lm_methods
 from tide_dspy.util.argtypes import count, percentage, positive_float, positive_int
 
@@ -61,14 +61,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                                            "instruction-only optimizers)")
     c.add_argument("--opt", action="append", default=[], metavar="KEY=VALUE",
                    help="override an optimizer argument, e.g. init.breadth=2 or compile.num_trials=3; repeatable")
-    c.add_argument("--max-calls", type=positive_int, default=None, metavar="N",
-                   help="stop the search once it has made N LM calls, the proposer's included (checked before "
-                        "each evaluation; the validation before and after are outside the bound); the best "
-                        "candidate so far is validated and kept if it beats the original, and a rerun with a "
-                        "larger bound continues from the trial log")
-    add_max_cost_option(c, "checked with --max-calls, before each evaluation of the search; the best candidate "
-                           "so far is validated and kept if it beats the original, and a rerun with a larger cap "
-                           "continues from the trial log")
     c.add_argument("--fresh", action="store_true",
                    help="discard the trial log (programs/<setting>/<backbone>/compile/trials.jsonl) and start over; "
                         "by default a rerun replays the evaluations already scored")
@@ -79,7 +71,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     c.add_argument("--autolog", action="store_true",
                    help="also run mlflow.dspy autologging (optimizer params, best-program state, and data tables "
                         "that hold every rendered instance: large for repositories)")
-    add_cost_options(c)
+    add_cost_options(c, stops="checked before each evaluation of the search, the proposer's calls included (the "
+                              "validation before and after are outside the cap); the best candidate so far is "
+                              "validated and kept if it beats the original, and a rerun with a larger cap continues "
+                              "from the trial log")
     add_output_options(c)
     add_proposer_options(c)
     c.set_defaults(func=run_compile)
@@ -100,7 +95,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "machine or many, share a study through an RDB URL such as postgresql://user@host/db "
                         "(a password is better kept in ~/.pgpass or PGPASSWORD than in the URL)")
     t.add_argument("--study", default=None, help="study name (default: tide-<setting>-<backbone>)")
-    add_cost_options(t)
+    add_cost_options(t, stops="no validation instance of a trial starts once what was spent plus its estimate would "
+                              "pass the cap; that trial is pruned and the study stops (rerun to continue it)")
     add_output_options(t)
     t.set_defaults(func=run_tune)
 
@@ -131,7 +127,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     e.add_argument("--verify-timeout", type=positive_float, default=None, metavar="S",
                    help="seconds per test run (default 120)")
     add_sandbox_options(e, "--verify-repo")
-    add_cost_options(e, budget=True)
+    add_cost_options(e)
     add_output_options(e)
     e.set_defaults(func=run_evaluate)
 
@@ -173,9 +169,9 @@ def _proposer(args: argparse.Namespace):
 
 
 def _estimating(args: argparse.Namespace) -> dict:
-    """The options an estimate takes: the LM (built, never called), backbone, judge, programs and prices."""
+    """The options an estimate takes: the LM (built, never called), backbone, judge, programs, prices and window."""
     return dict(lm=lambda: lm_from_options(LMOptions.from_namespace(args)), backbone=args.backbone, judge=args.judge,
-                programs=args.programs, limits=Limits.from_namespace(args))
+                programs=args.programs, overrides=overrides_of(args))
 
 
 def print_estimate(estimate) -> int:
@@ -213,19 +209,17 @@ def run_compile(args: argparse.Namespace) -> int:
     from tide_dspy import workflows
     from tide_dspy.evaluation import format_table
     from tide_dspy.optimize import SCAN_RECALL
-    from tide_dspy.trials import Budget
 
     if args.dry_run:
         return print_estimate(workflows.estimate_compile(
             _selection(args), method=args.method, shape=_shape(args), templates=args.templates,
             optimizer=args.optimizer, demos=args.demos, options=args.opt, val_fraction=args.val_fraction,
-            seed=args.seed, prompt_model=args.prompt_model, **_estimating(args)))
+            seed=args.seed, prompt_lm=_proposer(args), **_estimating(args)))
     r = workflows.compile_and_save(
         _selection(args), method=args.method, shape=_shape(args), templates=args.templates, optimizer=args.optimizer,
         metric=args.metric, demos=args.demos, options=args.opt, val_fraction=args.val_fraction, seed=args.seed,
         workers=args.workers, register=not args.no_register, autolog=args.autolog,
-        budget=Budget(max_calls=args.max_calls, max_cost=args.max_cost),
-        limits=Limits(prices=args.price, judge_prices=args.judge_price), fresh=args.fresh,
+        budget=budget_of(args), overrides=overrides_of(args), fresh=args.fresh,
         keep_worse=args.keep_worse, prompt_lm=_proposer(args), **_common(args))
     s = r.search
     scan_only = args.metric == SCAN_RECALL  # the validation ran the scan alone: its tables would show no findings
@@ -277,7 +271,13 @@ def run_tune(args: argparse.Namespace) -> int:
     r = workflows.tune_and_save(
         _selection(args), trials=args.trials, templates=args.templates, program=args.program, metric=args.metric,
         val_fraction=args.val_fraction, seed=args.seed, workers=args.workers, storage=args.storage,
-        study=args.study, on_trial=on_trial, **_common(args))
+        study=args.study, on_trial=on_trial, budget=budget_of(args), overrides=overrides_of(args), **_common(args))
+    if r.stopped:
+        print(f"stopped early: {r.stopped}. Rerun the same command with a larger --max-calls / --max-cost to "
+              "continue the study.", file=sys.stderr)
+    if r.best_trial is None:
+        print("no trial finished, so nothing was saved", file=sys.stderr)
+        return 1
     print(f"best trial {r.best_trial}: {r.metric}={r.best_value:.4f} with {r.best_params} "
           f"({r.trials} trials in the study)")
     print(f"open the study: optuna-dashboard {r.storage}")
@@ -299,7 +299,8 @@ def run_evaluate(args: argparse.Namespace) -> int:
     r = workflows.evaluate_split(
         _selection(args), program=args.program, method=args.method, shape=_shape(args), templates=args.templates,
         workers=args.workers, out=args.out, resume=args.resume, fresh=args.fresh,
-        verification=verification, check_out=check_output_folder, limits=Limits.from_namespace(args), **_common(args))
+        verification=verification, check_out=check_output_folder, budget=budget_of(args),
+        overrides=overrides_of(args), **_common(args))
     print(format_table(r.result))
     if r.executed:
         print(execution_line(r.result))

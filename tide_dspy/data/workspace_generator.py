@@ -523,7 +523,7 @@ def generate_workspaces(lm: dspy.LM, n: int, out: str | Path, train: int = 0, se
     A refused stage output is sampled again up to `max_attempts` times in all; a workspace that still fails is
     skipped. Both are reported through `progress` and recorded in the log beside `out` (log_path_for)."""
     from tide_dspy.backbones.registry import lm_context
-    from tide_dspy.backbones.usage import lm_usage, usage_mark
+    from tide_dspy.cost.usage import lm_usage, usage_mark
 
     if not 0 <= train <= n:
         raise ValueError(f"--train {train}: the train workspaces are some of the --n {n}, so 0 to {n}")

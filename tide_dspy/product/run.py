@@ -16,7 +16,9 @@ from datetime import date
 from pathlib import Path, PurePosixPath
 
 from tide_dspy.backbones import lm_context
-from tide_dspy.data import estimate_tokens
+from tide_dspy.cost.estimate import Estimate, Estimator
+from tide_dspy.cost.guard import Budget, Guard
+from tide_dspy.cost.prices import Overrides, Target
 from tide_dspy.data.candidates import list_python_files, parse_candidates
 from tide_dspy.data.safe_files import FileListing, matches_any
 from tide_dspy.discovery import DiscoveryProgram, DiscoveryState
@@ -32,6 +34,7 @@ from tide_dspy.scan import ScanRecord
 from tide_dspy.schemas import Artifact, Instance, RoundRecord
 from tide_dspy.shipped import PROGRAMS_DIR
 from tide_dspy.util.git import git_toplevel, head_sha, resolve_commit, run_git
+from tide_dspy.util.tokens import count_tokens
 
 Progress = Callable[[str], None]
 
@@ -96,23 +99,6 @@ def shipped_program(setting: str, backbone) -> DiscoveryProgram:
     return program
 
 
-# ---- how large a window is ----
-
-def context_window(lm, override: int | None) -> tuple[int, str]:
-    if override is not None:
-        return override, "--max-context-tokens"
-    from tide_dspy.backbones import describe_lm
-
-    n_ctx = describe_lm(lm).get("engine_n_ctx")
-    if n_ctx:
-        return int(n_ctx), "the backbone's n_ctx"
-    return windows.DEFAULT_CONTEXT_WINDOW, "default"
-
-
-def output_budget(lm) -> int:
-    return int((getattr(lm, "kwargs", None) or {}).get("max_tokens") or 2048)
-
-
 def describe(lm) -> dict:
     from tide_dspy.backbones import describe_lm
 
@@ -144,10 +130,15 @@ def scan_line(window: int, n_windows: int, scan: ScanRecord, shown: int = 3) -> 
 
 
 def discover_in_windows(program: DiscoveryProgram, instance: Instance, parts: list[list[Artifact]], lm,
-                        progress: Progress) -> tuple[list, list[WindowRound], list[ScanRecord]]:
+                        progress: Progress, guard: Guard) -> tuple[list, list[WindowRound], list[ScanRecord]]:
+    """Each window's rounds in turn, the findings merged; a window starts only within the budget (`guard`)."""
     state, rounds, scans = DiscoveryState(), [], []
     for w, artifacts in enumerate(parts, 1):
         window_instance = instance.model_copy(update={"artifacts": artifacts})
+        key = f"window {w} of {len(parts)}"
+        if not guard.admit(key, guard.needed(window_instance)):
+            progress(f"{guard.stopped}; windows {w}..{len(parts)} not run")
+            break
 
         def on_round(record: RoundRecord, w=w) -> None:
             rounds.append(WindowRound(w, record))
@@ -157,27 +148,31 @@ def discover_in_windows(program: DiscoveryProgram, instance: Instance, parts: li
             scans.append(record)
             progress(scan_line(w, len(parts), record))
 
-        with lm_context(lm):
-            prediction = program(case=window_instance, on_round=on_round,
-                                 **({"on_scan": on_scan, "on_progress": progress} if program.scanner is not None
-                                    else {}))
+        try:
+            with lm_context(lm):
+                prediction = program(case=window_instance, on_round=on_round,
+                                     **({"on_scan": on_scan, "on_progress": progress} if program.scanner is not None
+                                        else {}))
+        finally:
+            guard.release(key)
         state, _, _ = state.extend(list(prediction.findings), program.dedup_threshold)
     return list(state.findings), rounds, scans
 
 
-def plan_windows(setting: Setting, instance: Instance, program: DiscoveryProgram, lm, max_context_tokens: int | None,
+def plan_windows(setting: Setting, instance: Instance, program: DiscoveryProgram, target: Target,
                  unit_of: Callable[[Artifact], tuple[str, str]], progress: Progress) -> list[list[Artifact]]:
-    """One window when the round's context fits, else windows of related files. A scanning program's round shows
-    only its focus in full and every other artifact as one line, so it needs windows only when that does not fit."""
-    size, origin = context_window(lm, max_context_tokens)
+    """One window when the round's context fits the backbone's window (cost.prices.Target), else windows of related
+    files. A scanning program's round shows only its focus in full and every other artifact as one line, so it needs
+    windows only when that does not fit."""
+    size, origin = target.planning_window()
     fixed = program.guidance_text() + setting.static_text(instance)
-    budget = windows.window_budget(size, fixed, output_budget(lm))
+    budget = windows.window_budget(size, fixed, target.output)
     units = windows.make_units(instance.artifacts, setting.render_artifact, unit_of)
     total = sum(u.tokens for u in units)
     if program.scanner is not None:
         view = program.view(instance)
-        compact = sum(estimate_tokens(setting.render_compact(a, h)) + 1 for a, h in zip(view.artifacts, view.handles))
-        largest = sorted((estimate_tokens(setting.render_artifact(a, h)) for a, h in zip(view.artifacts, view.handles)),
+        compact = sum(count_tokens(setting.render_compact(a, h)) + 1 for a, h in zip(view.artifacts, view.handles))
+        largest = sorted((count_tokens(setting.render_artifact(a, h)) for a, h in zip(view.artifacts, view.handles)),
                          reverse=True)[:program.focus_size]
         if compact + sum(largest) <= budget:
             progress(f"scan: each of the {len(view.artifacts)} artifacts is rated on its own; each round reads the "
@@ -193,8 +188,8 @@ def plan_windows(setting: Setting, instance: Instance, program: DiscoveryProgram
 def plan_line(setting: Setting, instance: Instance, program: DiscoveryProgram, parts: list[list[Artifact]]) -> str:
     """Before any LM call: how many calls the windows take at most, and about how many prompt tokens they read
     (each round re-reads its window and what was already found grows; the estimate counts the window only)."""
-    fixed = estimate_tokens(program.guidance_text() + setting.static_text(instance))
-    per_window = [fixed + sum(estimate_tokens(setting.render_artifact(a)) for a in part) for part in parts]
+    fixed = count_tokens(program.guidance_text() + setting.static_text(instance))
+    per_window = [fixed + sum(count_tokens(setting.render_artifact(a)) for a in part) for part in parts]
     rounds = program.max_rounds
     scan_calls = sum(len(part) for part in parts) if program.scanner is not None else 0
     calls = len(parts) * rounds + scan_calls
@@ -214,42 +209,46 @@ class Discovery:
     findings: list
     rounds: list[WindowRound]
     scans: list[ScanRecord]
+    notes: list[str]
 
 
 def run_discovery(instance: Instance, *, lm, backbone: str, program: str | Path | None, templates: str | Path | None,
-                  rounds: int | None, per_round: int | None, max_context_tokens: int | None,
-                  unit_of: Callable[[Artifact], tuple[str, str]], progress: Progress,
-                  describe_input: str = "", scan: int | None = None) -> Discovery:
+                  rounds: int | None, per_round: int | None, unit_of: Callable[[Artifact], tuple[str, str]],
+                  progress: Progress, describe_input: str = "", scan: int | None = None,
+                  budget: Budget = Budget(), overrides: Overrides = Overrides()) -> Discovery:
     """Choose the program for the instance's setting, split the context into windows and run it on each, with the
-    adapter that parses best on `lm` (backbones.lm_context) scoped around the calls."""
+    adapter that parses best on `lm` (backbones.lm_context) scoped around the calls. A window starts only within
+    `budget`; `overrides` states the price and the window in place of the cost map's."""
     setting = get_setting(instance.setting)
     tide, source = choose_program(setting, backbone, program, templates, rounds, per_round)
     if scan is not None:
         tide.use_scan(scan)
         source += f", scanning first (focus {scan})"
     progress(f"{describe_input}using {source}")
-    parts = plan_windows(setting, instance, tide, lm, max_context_tokens, unit_of, progress)
+    from tide_dspy.backbones import sized_as
+
+    guard = Guard(budget, overrides.targets({"backbone": lm}, like={"backbone": sized_as(lm, backbone)}), tide)
+    parts = plan_windows(setting, instance, tide, guard.targets["backbone"], unit_of, progress)
     progress(plan_line(setting, instance, tide, parts))
-    findings, records, scans = discover_in_windows(tide, instance, parts, lm, progress)
-    return Discovery(tide, source, len(parts), findings, records, scans)
+    findings, records, scans = discover_in_windows(tide, instance, parts, lm, progress, guard)
+    return Discovery(tide, source, len(parts), findings, records, scans, [guard.stopped] if guard.stopped else [])
 
 
 def estimate_discovery(instance: Instance, *, lm, backbone: str, program: str | Path | None,
                        templates: str | Path | None, rounds: int | None, per_round: int | None,
-                       max_context_tokens: int | None, unit_of: Callable[[Artifact], tuple[str, str]],
-                       scan: int | None = None, prices=None, progress: Progress = print):
+                       unit_of: Callable[[Artifact], tuple[str, str]], scan: int | None = None,
+                       overrides: Overrides = Overrides(), progress: Progress = print):
     """What `run_discovery` would send and cost (`tide discover --dry-run`): the same program and windows, each
-    window's scan and rounds rendered and counted (tide_dspy.budget), no model called."""
-    from tide_dspy.backbones import adapter_for
-    from tide_dspy.budget import Estimate, Estimator, Target
+    window's scan and rounds rendered and counted (tide_dspy.cost.estimate), no model called."""
+    from tide_dspy.backbones import adapter_for, sized_as
 
     setting = get_setting(instance.setting)
     tide, source = choose_program(setting, backbone, program, templates, rounds, per_round)
     if scan is not None:
         tide.use_scan(scan)
     progress(f"using {source}")
-    parts = plan_windows(setting, instance, tide, lm, max_context_tokens, unit_of, progress)
-    target = Target.of(lm, backbone, prices=prices)
+    target = overrides.targets({"backbone": lm}, like={"backbone": sized_as(lm, backbone)})["backbone"]
+    parts = plan_windows(setting, instance, tide, target, unit_of, progress)
     estimator = Estimator.for_targets({"backbone": target}, adapter=adapter_for(lm))
     estimate = Estimate.for_targets({"backbone": target})
     estimate.instances = 1
@@ -392,7 +391,7 @@ def repository_instance(path: str | Path, include: Iterable[str] = (), exclude: 
 def discover_repository(path: str | Path, *, lm, backbone: str = "local", include: Iterable[str] = (),
                         exclude: Iterable[str] = (), since: str | None = None, program: str | Path | None = None,
                         templates: str | Path | None = None, rounds: int | None = None, per_round: int | None = None,
-                        max_context_tokens: int | None = None, verify: str | None = None,
+                        budget: Budget = Budget(), overrides: Overrides = Overrides(), verify: str | None = None,
                         verify_timeout: float = DEFAULT_RUN_TIMEOUT, verify_total: float = DEFAULT_TOTAL_TIMEOUT,
                         verify_sandbox: SandboxOptions = SandboxOptions(), scan: int | None = None,
                         progress: Progress = print) -> DiscoverResult:
@@ -408,7 +407,7 @@ def discover_repository(path: str | Path, *, lm, backbone: str = "local", includ
                                                        verify_sandbox))
                     if verify is not None else None)
         run = run_discovery(instance, lm=lm, backbone=backbone, program=program, templates=templates, rounds=rounds,
-                            per_round=per_round, max_context_tokens=max_context_tokens, unit_of=repository_unit,
+                            per_round=per_round, budget=budget, overrides=overrides, unit_of=repository_unit,
                             progress=progress, scan=scan,
                             describe_input=f"{root}: {len(artifacts)} candidate functions in "
                                            f"{instance.meta['files']} files; ")
@@ -420,7 +419,7 @@ def discover_repository(path: str | Path, *, lm, backbone: str = "local", includ
         result = DiscoverResult(setting=REPOSITORY.name, target=str(root), instance=instance, findings=run.findings,
                                 program_source=run.source, templates=list(run.program.templates), patch_checks=checks,
                                 rounds=run.rounds, scans=run.scans, windows=run.windows, skipped=skipped,
-                                backbone=describe(lm))
+                                notes=run.notes, backbone=describe(lm))
         if verifier is not None:
             verify_findings(result, verifier, progress)
     return finish(result, started, progress)
@@ -479,7 +478,8 @@ def discover_workspace(
     templates: str | Path | None = None,
     rounds: int | None = None,
     per_round: int | None = None,
-    max_context_tokens: int | None = None,
+    budget: Budget = Budget(),
+    overrides: Overrides = Overrides(),
     scan: int | None = None,
     progress: Progress = print,
 ) -> DiscoverResult:
@@ -487,11 +487,11 @@ def discover_workspace(
     instance, ingested, notes = workspace_instance(folder, profile, actions, exclude, progress)
     root = Path(instance.meta["root"])
     run = run_discovery(instance, lm=lm, backbone=backbone, program=program, templates=templates, rounds=rounds,
-                        per_round=per_round, max_context_tokens=max_context_tokens,
+                        per_round=per_round, budget=budget, overrides=overrides,
                         unit_of=workspace_unit(ingested.sources), progress=progress, scan=scan)
     result = DiscoverResult(setting=WORKSPACE.name, target=str(root), instance=instance, findings=run.findings,
                             program_source=run.source, templates=list(run.program.templates), rounds=run.rounds,
-                            scans=run.scans, windows=run.windows, sources=ingested.sources, notes=notes,
+                            scans=run.scans, windows=run.windows, sources=ingested.sources, notes=notes + run.notes,
                             skipped=[{"path": s.path, "reason": s.reason} for s in ingested.skipped],
                             backbone=describe(lm))
     return finish(result, started, progress)

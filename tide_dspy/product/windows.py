@@ -1,4 +1,4 @@
-"""Split a context that is too large for the model's window into windows of related artifacts.
+"""Split a context that is too large for the model's window (cost.prices.Target) into windows of related artifacts.
 
 The unit that is never split is a file (repository) or an item (workspace). Units of the same group (a package
 directory, or a mail folder) stay in one window when the group fits; groups and the parts of split groups are then
@@ -11,13 +11,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from tide_dspy.data import estimate_tokens
 from tide_dspy.schemas import Artifact
+from tide_dspy.util.tokens import count_tokens
 
 # Tokens the round prompt needs besides the context: adapter framing, the signature's instructions, field
 # descriptions and the growing "already found" list.
 PROMPT_OVERHEAD_TOKENS = 1500
-DEFAULT_CONTEXT_WINDOW = 32768  # Qwen2.5-Coder, the embedded default
 
 
 class WindowTooSmall(ValueError):
@@ -39,19 +38,19 @@ def make_units(artifacts: list[Artifact], render: Callable[[Artifact], str],
     for a in artifacts:
         members.setdefault(unit_of(a), []).append(a)
     # +2 tokens per artifact for the blank lines that join rendered artifacts
-    return [Unit(name, group, tuple(arts), sum(estimate_tokens(render(a)) + 2 for a in arts))
+    return [Unit(name, group, tuple(arts), sum(count_tokens(render(a)) + 2 for a in arts))
             for (name, group), arts in members.items()]
 
 
 def window_budget(context_window: int, fixed_text: str, output_tokens: int) -> int:
     """Tokens left for the context once the static inputs, the output and the prompt overhead are paid."""
-    fixed = estimate_tokens(fixed_text) + output_tokens + PROMPT_OVERHEAD_TOKENS
+    fixed = count_tokens(fixed_text) + output_tokens + PROMPT_OVERHEAD_TOKENS
     budget = context_window - fixed
     if budget <= 0:
         raise WindowTooSmall(
             f"the templates, actions and instructions alone need about {fixed} tokens (with {output_tokens} for the "
             f"answer), more than the {context_window}-token window; use fewer templates or a larger "
-            f"--max-context-tokens"
+            f"--context-window"
         )
     return budget
 
@@ -78,7 +77,7 @@ def split_windows(artifacts: list[Artifact], units: list[Unit], budget: int) -> 
         u = max(too_big, key=lambda x: x.tokens)
         raise WindowTooSmall(
             f"{u.name} alone needs about {u.tokens} tokens, but a window holds {budget} tokens of context; "
-            f"exclude it (--exclude), or raise --max-context-tokens on a backbone with a larger window"
+            f"exclude it (--exclude), or raise --context-window on a backbone with a larger window"
         )
     if sum(u.tokens for u in units) <= budget:
         return [list(artifacts)]

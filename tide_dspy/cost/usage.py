@@ -1,12 +1,12 @@
-"""LM usage accounting from the LMs' histories: calls, tokens (cached ones too) and cost since a bookmark, free of
-secrets; the cost of one entry; and the meter of every call the process makes (a compile's bound)."""
+"""LM usage from the LMs' histories: calls, tokens (cached ones too) and cost since a bookmark, free of secrets, and
+the cost of one entry."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from tide_dspy.backbones.providers import Prices
+    from tide_dspy.cost.prices import Prices
 
 # The totals logged as MLflow metrics (per role: backbone_prompt_tokens, ...); lm_usage.json holds the same.
 USAGE_METRICS = ("calls", "prompt_tokens", "completion_tokens", "cached_prompt_tokens", "cache_write_tokens",
@@ -20,13 +20,9 @@ def usage_mark(lm) -> str | None:
 
 
 def entries_since(lm, mark: str | None) -> list[dict]:
-    """The LM's history entries newer than the entry with uuid `mark` (all of them if the mark has been evicted)."""
-    return history_since(list(getattr(lm, "history", None) or []), mark)
-
-
-def history_since(history: list[dict], mark: str | None) -> list[dict]:
-    """The entries of a history (an LM's, or DSPy's global one) newer than the entry with uuid `mark`; all of them
-    when `mark` is None or has been evicted."""
+    """The LM's history entries newer than the entry with uuid `mark` (all of them when `mark` is None or has been
+    evicted)."""
+    history = list(getattr(lm, "history", None) or [])
     if mark is None:
         return history
     for i in range(len(history) - 1, -1, -1):
@@ -45,32 +41,6 @@ def entry_cost(entry: dict, prices: Prices | None) -> float:
     prompt, completion = usage_tokens([entry])
     read, write = cache_tokens(entry.get("usage") or {})
     return prices.cost_of(prompt or 0, completion or 0, read or 0, write or 0)
-
-
-class Meter:
-    """LM calls and cost since it was made, over every LM of the process (copies included), cache hits left out.
-    A call costs what the provider reported, else its tokens at the prices of its model in `prices` (entry_cost).
-
-    It reads DSPy's global history incrementally, so its bound (10,000 entries) matters only between two reads."""
-
-    def __init__(self, prices: dict[str, Prices] | None = None):
-        from dspy.clients.base_lm import GLOBAL_HISTORY
-
-        self._history = GLOBAL_HISTORY
-        self._last = GLOBAL_HISTORY[-1]["uuid"] if GLOBAL_HISTORY else None
-        self.prices = prices or {}
-        self.calls, self.cost = 0, 0.0
-
-    def spent(self) -> tuple[int, float]:
-        """(calls, USD) since the meter was made."""
-        entries = list(self._history)
-        for entry in history_since(entries, self._last):
-            if not getattr(entry.get("response"), "cache_hit", False):
-                self.calls += 1
-                self.cost += entry_cost(entry, self.prices.get(entry.get("model")))
-        if entries:
-            self._last = entries[-1].get("uuid")
-        return self.calls, round(self.cost, 6)
 
 
 def usage_tokens(entries: list[dict]) -> tuple[int | None, int | None]:
@@ -101,9 +71,9 @@ def lm_usage(lm, mark: str | None = None) -> dict | None:
     """Calls, tokens and cost of the LM since `mark`: the summary written to lm_usage.json and MLflow."""
     if lm is None:
         return None
-    from tide_dspy.backbones.providers import rules_of
+    from tide_dspy.cost.prices import prices_of
 
-    return entries_usage(entries_since(lm, mark), getattr(lm, "model", type(lm).__name__), rules_of(lm))
+    return entries_usage(entries_since(lm, mark), getattr(lm, "model", type(lm).__name__), prices_of(lm))
 
 
 def _sum(values) -> int | None:
@@ -111,14 +81,13 @@ def _sum(values) -> int | None:
     return sum(known) if known else None
 
 
-def entries_usage(entries: list[dict], model: str, rules=None) -> dict:
+def entries_usage(entries: list[dict], model: str, prices: Prices | None = None) -> dict:
     """Calls, tokens and cost of these history entries (e.g. those of an LM's copies, kept by a module).
 
-    The cost is the client's; an entry it could not price (a model missing from its price map) is priced from the
-    backbone's own price entry (`rules`: backbones.providers), when there is one."""
+    The cost is the client's; an entry it could not price (a model string missing from its price map, as a
+    backbone priced under another entry is) is priced at `prices` (cost.prices.prices_of), when given."""
     prompt, completion = usage_tokens(entries)
     cached = [cache_tokens(e.get("usage") or {}) for e in entries]
-    prices = rules.prices if rules is not None else None
     costs = []
     for entry in entries:
         cost = entry.get("cost")
