@@ -18,9 +18,10 @@ def price(text: str):
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def add_cost_options(p: argparse.ArgumentParser, *, judge: bool = True, stops: str = "") -> None:
-    """--dry-run, the prices (--price; --judge-price where a judge runs), the backbone's --context-window, and the
-    budget (--max-cost, --max-calls); `stops` says where this command checks the budget and what it keeps."""
+def add_cost_options(p: argparse.ArgumentParser, *, judge: bool = True, budget: bool = True, stops: str = "") -> None:
+    """--dry-run, the prices (--price; --judge-price where a judge runs) and, where a command runs programs under a
+    budget, the backbone's --context-window and the budget (--max-cost, --max-calls); `stops` says where this
+    command checks the budget and what it keeps."""
     group = p.add_argument_group("cost and window")
     group.add_argument("--dry-run", action="store_true",
                        help="render the prompts the run would send, count their tokens, print the calls, prompt and "
@@ -32,6 +33,8 @@ def add_cost_options(p: argparse.ArgumentParser, *, judge: bool = True, stops: s
     if judge:
         group.add_argument("--judge-price", type=price, default=None, metavar="IN,OUT[,CACHED]",
                            help="the same for the judge backbone")
+    if not budget:
+        return
     group.add_argument("--context-window", type=positive_int, default=None, metavar="TOKENS",
                        help="the backbone's context window, prompt and output together (default: the embedded "
                             "engine's n_ctx, else the backbone's, e.g. 200000 for claude-sonnet-4.5)")
