@@ -25,9 +25,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from tide_dspy import analysis
-from tide_dspy.backbones import LMOptions, add_lm_options, describe_lm, lm_context, lm_from_options
+from tide_dspy.backbones import LMOptions, describe_lm, lm_context, lm_from_options
 from tide_dspy.backbones.providers import rules_of
-from tide_dspy.cli.options import add_cost_options, budget_of, overrides_of
+from tide_dspy.cli.options import add_cost_options, add_lm_options, budget_of, overrides_of
 from tide_dspy.cost.estimate import Estimate, estimate_runs
 from tide_dspy.cost.guard import Guard
 from tide_dspy.cost.prices import money

@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from tide_dspy.cli.common import SETTING_HELP
 from tide_dspy.cli.main import main
+from tide_dspy.cli.options import SETTING_HELP
 from tide_dspy.domains import SETTING_NAMES
 
 

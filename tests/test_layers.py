@@ -133,3 +133,18 @@ def test_scripts_reach_the_cli_only_through_its_entry_point_and_options(folder):
 def test_util_imports_only_util():
     util = {m: t for m, t in imports().items() if unit_of(m) == "tide_dspy.util"}
     assert {unit_of(t) for targets in util.values() for t in targets} <= {"tide_dspy.util"}
+
+
+def test_argparse_lives_under_the_cli_only():
+    """Options are defined, typed and read in tide_dspy/cli/ (and by the experiment scripts): nowhere else."""
+    users = sorted(module for module, path in MODULES.items() if unit_of(module) != "tide_dspy.cli" and any(
+        (isinstance(node, ast.Import) and any(a.name == "argparse" for a in node.names))
+        or (isinstance(node, ast.ImportFrom) and node.module == "argparse")
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))))
+    assert users == []
+
+
+def test_every_cli_module_is_at_most_250_lines():
+    long = {module: n for module, path in MODULES.items() if unit_of(module) == "tide_dspy.cli"
+            for n in [len(path.read_text(encoding="utf-8").splitlines())] if n > 250}
+    assert long == {}

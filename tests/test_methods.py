@@ -8,7 +8,7 @@ from routed_lm import FIXTURE_DATA
 
 from scripts import load_script
 from tide_dspy.cli.main import build_parser, main
-from tide_dspy.cli.optimize_cmd import _selection, _shape
+from tide_dspy.cli.options import selection_of, shape_of
 from tide_dspy.discovery import SingleAgent
 from tide_dspy.domains import SETTINGS
 from tide_dspy.methods import DEMOS, METHODS, Method, get_method, method_of
@@ -33,8 +33,8 @@ def evaluate_builds(setting: str, method: str, library: str, *extra: str):
     """The program `tide evaluate --method METHOD` builds with these options (the CLI's own parsing)."""
     args = build_parser().parse_args(["evaluate", "--setting", setting, "--method", method, "--data",
                                       str(FIXTURE_DATA / setting), "--templates", library, *extra])
-    built, _, _ = evaluation_program(_selection(args), backbone=args.backbone, program=None, method=args.method,
-                                     shape=_shape(args), templates=args.templates, programs=args.programs)
+    built, _, _ = evaluation_program(selection_of(args), backbone=args.backbone, program=None, method=args.method,
+                                     shape=shape_of(args), templates=args.templates, programs=args.programs)
     return built
 
 

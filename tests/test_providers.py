@@ -471,7 +471,7 @@ def test_check_local_speaks_of_the_embedded_engine_not_litellm_or_prices():
 
 
 @pytest.mark.parametrize("command,expected", [
-    ([sys.executable, "-m", "tide_dspy.testing.provider_sim", "--port", "0"],
+    ([sys.executable, "-m", "tide_dspy.cli.main", "provider-sim", "--port", "0"],
      ["--backbone gpt-5-mini: --api-base http://127.0.0.1:", "OPENAI_API_KEY=sim-openai-key",
       "models: openai/gpt-5-mini", "--judge-api-base", "tide check gpt-5-mini"]),
     ([sys.executable, "experiments/stub_server.py", "--port", "0"],

@@ -7,8 +7,8 @@ import socket
 
 from routed_lm import RoutedLM, fixture_instances
 
+from tide_dspy.cli.common import command_line
 from tide_dspy.cli.main import build_parser
-from tide_dspy.cli.optimize_cmd import command_line
 from tide_dspy.domains import WORKSPACE
 from tide_dspy.optimize import tune
 from tide_dspy.schemas import Template

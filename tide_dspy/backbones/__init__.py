@@ -1,7 +1,6 @@
 """Backbones: named DSPy LMs (hosted, openai-compatible servers) and the embedded llama.cpp default.
 
-Names are imported on first use, so that the command line's option definitions (backbones.options) and the
-provider rules load without DSPy: `tide --help` stays fast.
+Names are imported on first use, so that the provider rules load without DSPy: `tide --help` stays fast.
 """
 
 from __future__ import annotations
@@ -11,7 +10,7 @@ import importlib
 _EXPORTS = {
     "ProviderLM": "tide_dspy.backbones.calls", "RetryPolicy": "tide_dspy.backbones.calls",
     "JudgeSpec": "tide_dspy.backbones.options", "LMOptions": "tide_dspy.backbones.options",
-    "add_lm_options": "tide_dspy.backbones.options", "lm_from_options": "tide_dspy.backbones.options",
+    "lm_from_options": "tide_dspy.backbones.options",
 "proposer_from_options": "tide_dspy.backbones.options",
     **{name: "tide_dspy.backbones.registry" for name in (
         "BACKBONES", "DEFAULT_BACKBONE", "Backbone", "adapter_for", "describe_lm", "get_lm", "lm_context", "resolve",

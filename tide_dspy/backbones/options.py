@@ -1,55 +1,15 @@
-"""What a command needs to know to build its LMs (backbone and judge): the options that ask for it, what they hold
-(`LMOptions`), and the one place that builds the LMs from them."""
+"""What a command needs to know to build its LMs (backbone, judge, proposer): what the LM options hold
+(`LMOptions`; cli/options.py asks for them), and the one place that builds the LMs from them."""
 
 from __future__ import annotations
 
-import argparse
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING
 
 from tide_dspy.backbones.providers import DEFAULT_BACKBONE
-from tide_dspy.util.argtypes import count, non_negative_float, positive_float, positive_int
 
 if TYPE_CHECKING:
     import dspy
-
-
-def add_lm_options(parser: argparse.ArgumentParser, *, with_backbone: bool = True) -> None:
-    """The options every command that calls an LM takes: the one place they are defined (LMOptions reads them)."""
-    if with_backbone:
-        parser.add_argument("--backbone", default=DEFAULT_BACKBONE,
-                            help="backbone name (local, local-small, gpt-5-mini, ..., openai-compatible) or a raw DSPy "
-                                 "model string")
-    parser.add_argument(
-        "--judge",
-        default="proxy",
-        help="judge backbone for identification/resolution, or 'proxy' for the lexical proxy judge, or 'none'",
-    )
-    parser.add_argument("--api-base", default=None,
-                        help="where the backbone's calls go: an openai-compatible server (vLLM, llama.cpp server; "
-                             "default $TIDE_API_BASE), or a gateway for a hosted backbone (its key goes there too)")
-    parser.add_argument("--judge-api-base", default=None,
-                        help="where a hosted judge's calls go, when not to its provider (never --api-base)")
-    parser.add_argument("--num-retries", type=count, default=None,
-                        help="retries of a call that hit a rate limit, a timeout, a 5xx or a dropped connection, "
-                             "waiting the provider's Retry-After or an exponential backoff (default 8: at least 91 s "
-                             "in all, longer than a per-minute limit; $TIDE_NUM_RETRIES)")
-    parser.add_argument("--timeout", type=positive_float, default=None,
-                        help="seconds one request may take before it is retried (default: the client's, 600; "
-                             "$TIDE_TIMEOUT)")
-    if with_backbone:
-        parser.add_argument("--no-check", action="store_true",
-                            help="skip the one preflight call to a hosted backbone and judge before the run "
-                                 "(tide check)")
-    parser.add_argument("--temperature", type=non_negative_float, default=None,
-                        help="sampling temperature (not sent to models that take only their default: gpt-5-mini, "
-                             "Gemini 3)")
-    parser.add_argument("--max-tokens", type=positive_int, default=None,
-                        help="output tokens per call (default: the backbone's, 16k for the hosted ones)")
-    parser.add_argument("--threads", type=positive_int, default=None, help="CPU threads for the embedded backbone")
-    parser.add_argument("--server-schema", default=None, choices=("json_schema", "llama.cpp", "off"),
-                        help="how an openai-compatible server takes the output schema: json_schema (vLLM, OpenAI; "
-                             "default), llama.cpp (python -m llama_cpp.server), off (default: $TIDE_SERVER_SCHEMA)")
 
 
 @dataclass(frozen=True)

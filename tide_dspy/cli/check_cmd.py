@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from tide_dspy.backbones.options import LMOptions, add_lm_options
+from tide_dspy.backbones.options import LMOptions
+from tide_dspy.cli.options import add_lm_options
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import argparse
 
-from tide_dspy.backbones.options import add_lm_options
-from tide_dspy.cli.common import setting_name
-from tide_dspy.util.argtypes import count, positive_int
+from tide_dspy.cli.argtypes import count, positive_int
+from tide_dspy.cli.options import add_lm_options, setting_name
 
 GENERATE_DESCRIPTION = """\
 Generate workspaces through PROBE's generation stages (fastino-ai/PROBE_benchmark, data_generation/), one DSPy

@@ -5,10 +5,17 @@ from __future__ import annotations
 import argparse
 import sys
 
-from tide_dspy.backbones import LMOptions, add_lm_options, lm_from_options
-from tide_dspy.cli.common import add_sandbox_options, check_output_folder, sandbox_options
-from tide_dspy.cli.options import add_cost_options, budget_of, overrides_of
-from tide_dspy.util.argtypes import positive_float, positive_int
+from tide_dspy.backbones.options import LMOptions, lm_from_options
+from tide_dspy.cli.argtypes import positive_float, positive_int
+from tide_dspy.cli.common import check_output_folder
+from tide_dspy.cli.options import (
+    add_cost_options,
+    add_lm_options,
+    add_sandbox_options,
+    budget_of,
+    overrides_of,
+    sandbox_options,
+)
 from tide_dspy.util.safe_write import OutLock
 
 

@@ -15,6 +15,8 @@ COMMAND_MODULES = (
     "tide_dspy.cli.data_cmd",
     "tide_dspy.cli.discover_cmd",
     "tide_dspy.cli.optimize_cmd",
+    "tide_dspy.cli.evaluate_cmd",
+    "tide_dspy.cli.provider_sim_cmd",
 )
 
 

@@ -1,8 +1,7 @@
-"""`tide distill | compile | tune | evaluate`: options in, one tide_dspy.workflows call, its typed result printed.
+"""`tide distill | compile | tune`: options in, one tide_dspy.workflows call, its typed result printed.
 
-Outputs go to programs/<setting>/<backbone>/ (templates.json, tide.json, tune.json, provenance.json); evaluation
-results to runs/<setting>/<backbone>/<method>-<split>/ unless --out says otherwise. Each run is tracked in MLflow
-(tide_dspy.tracking.tracked_run) unless --no-track.
+Outputs go to programs/<setting>/<backbone>/ (templates.json, tide.json, tune.json, provenance.json). Each run is
+tracked in MLflow (tide_dspy.tracking.tracked_run) unless --no-track.
 """
 
 from __future__ import annotations
@@ -11,25 +10,25 @@ import argparse
 import sys
 from typing import TYPE_CHECKING
 
-from tide_dspy.backbones.options import LMOptions, lm_from_options, proposer_from_options
-from tide_dspy.cli.common import (
+from tide_dspy.cli.argtypes import count, percentage, positive_int
+from tide_dspy.cli.common import estimate_arguments, print_estimate, step_arguments
+from tide_dspy.cli.options import (
+    add_cost_options,
     add_data_options,
     add_output_options,
     add_program_options,
-    add_sandbox_options,
     add_split_options,
     add_workers_option,
-    check_output_folder,
-    command_line,
-    sandbox_options,
+    budget_of,
+    overrides_of,
+    price,
+    selection_of,
+    shape_of,
 )
-from tide_dspy.cli.options import add_cost_options, add_proposer_options, budget_of, overrides_of
-from tide_dspy.methods import METHODS, floor_methods, lm_methods
-from tide_dspy.util.argtypes import count, percentage, positive_float, positive_int
+from tide_dspy.methods import lm_methods
 
 if TYPE_CHECKING:
     from tide_dspy import workflows
-    from tide_dspy.data.selection import Selection
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -101,84 +100,29 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_output_options(t)
     t.set_defaults(func=run_tune)
 
-    e = subparsers.add_parser("evaluate", help="score a program on a split and print the coverage / F1 table")
-    add_data_options(e, "test")
-    add_program_options(e)
-    src = e.add_mutually_exclusive_group(required=True)
-    src.add_argument("--program", default=None, help="a saved program: JSON path or models:/<name>/<version>")
-    src.add_argument("--method", default=None, choices=list(METHODS),
-                     help=f"a method of tide_dspy.methods, built fresh; {', '.join(floor_methods())}: the chance "
-                          "floors (no LM call)")
-    add_workers_option(e, "instances")
-    e.add_argument("--out", default=None, help="results folder (default: runs/<setting>/<backbone>/<method>-<split>)")
-    again = e.add_mutually_exclusive_group()
-    again.add_argument("--resume", action="store_true", help="skip instances already scored in --out")
-    again.add_argument("--fresh", action="store_true", help="discard earlier results in --out")
-    e.add_argument("--verify-repo", default=None, metavar="DIR",
-                   help="repository setting: a local clone of the instances' repository, in an environment where "
-                        "its tests run; each gold problem's fail_to_pass/pass_to_pass tests run at anchor_commit "
-                        "with the matched finding's patch, in a temporary copy inside a bubblewrap sandbox (this "
-                        "EXECUTES the repository's code and the model's patches; see docs/safety.md)")
-    e.add_argument(
-        "--verify-command",
-        default=None,
-        metavar="CMD",
-        help="pytest command the node ids are appended to (default: python -m pytest -q -p no:cacheprovider)",
-    )
-    e.add_argument("--verify-timeout", type=positive_float, default=None, metavar="S",
-                   help="seconds per test run (default 120)")
-    add_sandbox_options(e, "--verify-repo")
-    add_cost_options(e)
-    add_output_options(e)
-    e.set_defaults(func=run_evaluate)
+
+def add_proposer_options(parser: argparse.ArgumentParser) -> None:
+    """The options of a command whose optimizer proposes instructions with a model of its own (`tide compile`)."""
+    parser.add_argument("--prompt-model", default=None, metavar="BACKBONE",
+                        help="the model that proposes or reflects on instructions (MIPROv2's and COPRO's "
+                             "prompt_model, GEPA's reflection_lm, SIMBA's prompt_model): any backbone name "
+                             "(default: the backbone being compiled); its calls count toward --max-calls and "
+                             "--max-cost and appear in lm_usage.json")
+    parser.add_argument("--prompt-api-base", default=None, metavar="URL",
+                        help="where --prompt-model's calls go, when not to its provider (never --api-base)")
+    parser.add_argument("--prompt-price", type=price, default=None, metavar="IN,OUT[,CACHED]",
+                        help="--prompt-model's USD per million tokens, where LiteLLM's price map has none")
 
 
-# ---- options -> library calls ----
-
-def _selection(args: argparse.Namespace) -> Selection:
-    from tide_dspy.data.selection import Selection
-    from tide_dspy.domains import get_setting
-
-    ids = [i.strip() for i in args.ids.split(",") if i.strip()] if args.ids else None
-    setting = get_setting(args.setting) if args.setting else None  # the one lookup of --setting
-    return Selection(setting=setting, split=args.split, data=args.data, data_version=args.data_version, ids=ids,
-                     max_context_tokens=args.max_context_tokens, limit=args.limit, skip_invalid=args.skip_invalid)
-
-
-def _common(args: argparse.Namespace) -> dict:
-    """The options every step takes: its instances, its LM (made once the inputs check out), where it writes and
-    how it is tracked."""
-    from tide_dspy import workflows
-
-    options = LMOptions.from_namespace(args)
-    return dict(
-        lm=lambda: lm_from_options(options),
-        backbone=args.backbone,
-        judge=options.judge_spec(args.judge),
-        programs=args.programs,
-        tracking=workflows.Tracking(enabled=not args.no_track, uri=args.tracking_uri, command_line=command_line(args)),
-    )
-
-
-def _proposer(args: argparse.Namespace):
+def proposer_of(args: argparse.Namespace):
     """A maker of the --prompt-model LM (None without it), called once the inputs check out."""
+    from tide_dspy.backbones.options import LMOptions, proposer_from_options
+
     options = LMOptions.from_namespace(args)
     if options.prompt_model is None:
         proposer_from_options(options)  # refuses --prompt-api-base alone
         return None
     return lambda: proposer_from_options(options)
-
-
-def _estimating(args: argparse.Namespace) -> dict:
-    """The options an estimate takes: the LM (built, never called), backbone, judge, programs, prices and window."""
-    return dict(lm=lambda: lm_from_options(LMOptions.from_namespace(args)), backbone=args.backbone, judge=args.judge,
-                programs=args.programs, overrides=overrides_of(args))
-
-
-def print_estimate(estimate) -> int:
-    print(estimate.table())
-    print("dry run: no model was called")
-    return 0
 
 
 def print_distill_plan(plan: workflows.DistillPlan) -> int:
@@ -190,24 +134,18 @@ def print_distill_plan(plan: workflows.DistillPlan) -> int:
     return print_estimate(plan.estimate)
 
 
-def _shape(args: argparse.Namespace) -> workflows.ProgramShape:
-    from tide_dspy import workflows
-
-    return workflows.ProgramShape(rounds=args.rounds, per_round=args.per_round, max_evidence=args.max_evidence,
-                                  shuffle_context=args.shuffle_context, scan=args.scan)
-
-
 # ---- commands ----
 
 def run_distill(args: argparse.Namespace) -> int:
     from tide_dspy import workflows
 
     if args.dry_run:
+        estimating = {k: v for k, v in estimate_arguments(args).items() if k in ("lm", "backbone", "overrides")}
         return print_distill_plan(workflows.estimate_distill(
-            _selection(args), lm=lambda: lm_from_options(LMOptions.from_namespace(args)), backbone=args.backbone,
-            max_cases=args.max_cases, max_attempts=args.max_attempts, overrides=overrides_of(args)))
-    r = workflows.distill(_selection(args), max_cases=args.max_cases, max_attempts=args.max_attempts,
-                          merge_threshold=args.merge_threshold, max_templates=args.max_templates, **_common(args))
+            selection_of(args), max_cases=args.max_cases, max_attempts=args.max_attempts, **estimating))
+    r = workflows.distill(selection_of(args), max_cases=args.max_cases, max_attempts=args.max_attempts,
+                          merge_threshold=args.merge_threshold, max_templates=args.max_templates,
+                          **step_arguments(args))
     print(f"{r.templates} templates from {r.cases} solved cases: {r.passed} passed the abstraction "
           f"check, {r.failed} failed and were dropped, {r.merges} merged, {r.capped} capped; "
           f"mean abstraction score {r.mean_score} (best drafts of all cases: {r.draft_mean_score}) "
@@ -226,15 +164,15 @@ def run_compile(args: argparse.Namespace) -> int:
 
     if args.dry_run:
         return print_estimate(workflows.estimate_compile(
-            _selection(args), method=args.method, shape=_shape(args), templates=args.templates,
+            selection_of(args), method=args.method, shape=shape_of(args), templates=args.templates,
             optimizer=args.optimizer, demos=args.demos, options=args.opt, val_fraction=args.val_fraction,
-            seed=args.seed, prompt_lm=_proposer(args), **_estimating(args)))
+            seed=args.seed, prompt_lm=proposer_of(args), **estimate_arguments(args)))
     r = workflows.compile_and_save(
-        _selection(args), method=args.method, shape=_shape(args), templates=args.templates, optimizer=args.optimizer,
-        metric=args.metric, demos=args.demos, options=args.opt, val_fraction=args.val_fraction, seed=args.seed,
-        workers=args.workers, register=not args.no_register, autolog=args.autolog,
-        budget=budget_of(args), overrides=overrides_of(args), fresh=args.fresh,
-        keep_worse=args.keep_worse, prompt_lm=_proposer(args), **_common(args))
+        selection_of(args), method=args.method, shape=shape_of(args), templates=args.templates,
+        optimizer=args.optimizer, metric=args.metric, demos=args.demos, options=args.opt,
+        val_fraction=args.val_fraction, seed=args.seed, workers=args.workers, register=not args.no_register,
+        autolog=args.autolog, budget=budget_of(args), overrides=overrides_of(args), fresh=args.fresh,
+        keep_worse=args.keep_worse, prompt_lm=proposer_of(args), **step_arguments(args))
     s = r.search
     scan_only = args.metric == SCAN_RECALL  # the validation ran the scan alone: its tables would show no findings
     held_out = f"{r.n_val} held-out train instance{'s' if r.n_val != 1 else ''}"
@@ -276,16 +214,17 @@ def run_tune(args: argparse.Namespace) -> int:
 
     if args.dry_run:
         return print_estimate(workflows.estimate_tune(
-            _selection(args), trials=args.trials, templates=args.templates, program=args.program,
-            val_fraction=args.val_fraction, seed=args.seed, **_estimating(args)))
+            selection_of(args), trials=args.trials, templates=args.templates, program=args.program,
+            val_fraction=args.val_fraction, seed=args.seed, **estimate_arguments(args)))
 
     def on_trial(trial, value):
         print(f"trial {trial.number}: {args.metric}={value:.4f} {trial.params}", flush=True)
 
     r = workflows.tune_and_save(
-        _selection(args), trials=args.trials, templates=args.templates, program=args.program, metric=args.metric,
+        selection_of(args), trials=args.trials, templates=args.templates, program=args.program, metric=args.metric,
         val_fraction=args.val_fraction, seed=args.seed, workers=args.workers, storage=args.storage,
-        study=args.study, on_trial=on_trial, budget=budget_of(args), overrides=overrides_of(args), **_common(args))
+        study=args.study, on_trial=on_trial, budget=budget_of(args), overrides=overrides_of(args),
+        **step_arguments(args))
     if r.stopped:
         print(f"stopped early: {r.stopped}. Rerun the same command with a larger --max-calls / --max-cost to "
               "continue the study.", file=sys.stderr)
@@ -296,78 +235,3 @@ def run_tune(args: argparse.Namespace) -> int:
           f"({r.trials} trials in the study)")
     print(f"open the study: optuna-dashboard {r.storage}")
     return 0
-
-
-def run_evaluate(args: argparse.Namespace) -> int:
-    from tide_dspy import workflows
-    from tide_dspy.evaluation import format_table
-
-    if args.dry_run:
-        return print_estimate(workflows.estimate_split(
-            _selection(args), program=args.program, method=args.method, shape=_shape(args), templates=args.templates,
-            **_estimating(args)))
-    verification = workflows.RepoVerification(repo=args.verify_repo, command=args.verify_command,
-                                          timeout=args.verify_timeout,
-                                          sandbox=sandbox_options(args, args.verify_repo is not None,
-                                                                  "--verify-repo DIR"))
-    r = workflows.evaluate_split(
-        _selection(args), program=args.program, method=args.method, shape=_shape(args), templates=args.templates,
-        workers=args.workers, out=args.out, resume=args.resume, fresh=args.fresh,
-        verification=verification, check_out=check_output_folder, budget=budget_of(args),
-        overrides=overrides_of(args), **_common(args))
-    print(format_table(r.result))
-    if r.executed:
-        print(execution_line(r.result))
-    print(f"{r.seconds}s; results -> {r.results_path}")
-    if (r.result.budget or {}).get("stopped"):
-        return STOPPED_AT_BUDGET
-    return nothing_scored(r.result) or every_instance_failed(r.result)
-
-
-STOPPED_AT_BUDGET = 4  # exit status of an evaluation that --max-cost stopped before every instance ran
-
-
-def nothing_scored(result) -> int:
-    """ALL_ROUNDS_FAILED with a line naming the flag that fixes it when every selected instance was left out as over
-    the backbone's window, so the table scores none; else 0."""
-    import re
-
-    from tide_dspy.cli.discover_cmd import ALL_ROUNDS_FAILED
-    from tide_dspy.util.text import print_line
-
-    if result.n_instances or not result.n_skipped:
-        return 0
-    windows = [int(m.group(1).replace(",", "")) for why in result.skipped.values()
-               for m in [re.search(r"over the ([\d,]+)-token window", why)] if m]
-    example = f" (e.g. --max-context-tokens {min(windows) // 2})" if windows else ""
-    print_line(f"tide: error: no instance was scored: the {result.n_skipped} selected were all over the backbone's "
-               f"window (the table above lists why). Pass --max-context-tokens N to select the instances whose "
-               f"context fits N tokens, smallest first{example}, instead of --limit or --ids alone (or a smaller "
-               "--max-tokens, where the output asked for takes most of the window; or a backbone with a larger one)",
-               file=sys.stderr)
-    return ALL_ROUNDS_FAILED
-
-
-def every_instance_failed(result) -> int:
-    """ALL_ROUNDS_FAILED (as `tide discover` returns) with a line saying so when no instance produced usable
-    output, so the table's zeros mean nothing; else 0."""
-    from tide_dspy.cli.discover_cmd import ALL_ROUNDS_FAILED
-    from tide_dspy.util.text import print_line
-
-    if result.n_instances == 0 or result.n_failed < result.n_instances:
-        return 0
-    print_line(f"tide: error: every instance failed ({result.n_failed} of {result.n_instances}), so the table's "
-               f"zeros mean nothing; the errors are in {result.out_path or 'the log above'} (fix the cause and "
-               "run again with --resume)", file=sys.stderr)
-    return ALL_ROUNDS_FAILED
-
-
-def execution_line(result) -> str:
-    judged = (result.coverage or {}).get("resolution")
-    judge = "-" if judged is None else f"{100 * judged:.2f}%"
-    ex = result.execution
-    if not ex:
-        return "execution-based resolution: no instance had an anchor_commit to run tests at"
-    return (f"execution-based resolution: {ex['resolved']}/{ex['problems']} gold problems resolved by tests "
-            f"({100 * ex['rate']:.2f}%) over {ex['instances']} instance(s); judge ({result.judge}) resolution "
-            f"coverage: {judge}")

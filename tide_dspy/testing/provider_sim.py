@@ -786,7 +786,7 @@ def http_date(seconds_from_now: float) -> str:
     return formatdate(time.time() + seconds_from_now, usegmt=True)
 
 
-# ---- the command line: a simulator to point tide at by hand ----
+# ---- by hand: what to give tide to use a running simulator (`tide provider-sim`) ----
 
 KEY_VARIABLES = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY", "gemini": "GEMINI_API_KEY",
                  "dashscope": "DASHSCOPE_API_KEY"}
@@ -817,30 +817,3 @@ def instructions(sim: ProviderSimulator) -> list[str]:
               f"or name the address on each command instead: --api-base {openai} (and --judge-api-base {openai} "
               "for a hosted --judge).", "Ctrl-C stops it."]
     return lines
-
-
-def main(argv: list[str] | None = None) -> int:
-    import argparse
-
-    parser = argparse.ArgumentParser(prog="python -m tide_dspy.testing.provider_sim",
-                                     description="Serve the four hosted providers' wire formats on this machine, "
-                                                 "with canned answers, until Ctrl-C.")
-    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
-    parser.add_argument("--port", type=int, default=8765, help="port to listen on (default 8765; 0: any free one)")
-    args = parser.parse_args(argv)
-    try:
-        sim = ProviderSimulator(host=args.host, port=args.port).__enter__()
-    except OSError as exc:
-        parser.error(f"cannot listen on {args.host}:{args.port} ({exc.strerror or exc}); pass another --port")
-    try:
-        print("\n".join(instructions(sim)), flush=True)
-        threading.Event().wait()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        sim.__exit__(None, None, None)
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
