@@ -145,8 +145,8 @@ def test_openai_compatible_needs_api_base_and_uses_max_tokens_route(monkeypatch)
         get_lm("openai-compatible")
     monkeypatch.setenv("TIDE_API_BASE", "http://localhost:8000/v1")
     lm = get_lm("openai-compatible", model="qwen-coder", max_tokens=300)
-    assert lm.model.startswith("openai-compatible/qwen-coder-json_schema@")
-    assert lm.engine.api_base == "http://localhost:8000/v1" and lm.engine.max_tokens == 300
+    assert (lm.model, lm.kwargs["max_tokens"], lm.engine) == ("openai/qwen-coder", 300, "litellm")
+    assert lm.tide_served.api_base == lm.kwargs["api_base"] == "http://localhost:8000/v1"
 
 
 # ---- key hygiene ----

@@ -96,10 +96,10 @@ def configuration_defaults() -> dict[str, str]:
 
 def test_the_configuration_table_gives_the_code_s_defaults():
     from tide_dspy.backbones import llamacpp, prompt_cache
-    from tide_dspy.backbones.calls import RetryPolicy
+    from tide_dspy.backbones.calls import DEFAULT_RETRIES
 
     defaults = configuration_defaults()
     assert defaults["TIDE_N_CTX"] == str(llamacpp.DEFAULT_N_CTX)
-    assert defaults["TIDE_NUM_RETRIES"] == str(RetryPolicy.num_retries)
+    assert defaults["TIDE_NUM_RETRIES"] == str(DEFAULT_RETRIES)
     assert defaults["TIDE_PROMPT_CACHE_MAX_MB"] == str(prompt_cache.DEFAULT_MAX_MB)
     assert defaults["TIDE_MAX_TOKENS"].startswith(f"{llamacpp.DEFAULT_MAX_TOKENS} embedded")

@@ -22,6 +22,7 @@ import dspy
 import pytest
 
 from tide_dspy.backbones import get_lm, resolve
+from tide_dspy.backbones.calls import unresolvable
 from tide_dspy.backbones.preflight import PROMPT as PREFLIGHT
 from tide_dspy.cli.main import main
 from tide_dspy.testing.provider_sim import Fault, ProviderSimulator, RateLimit
@@ -330,24 +331,47 @@ def test_an_unverified_backbone_says_so(caplog):
     assert get_lm("qwen-3.6-flash").kwargs["extra_body"] == {"enable_thinking": False}
 
 
-def test_the_retry_policy_outlasts_a_minute_and_honours_retry_after():
-    import random
+def test_the_retry_waits_outlast_a_minute_honour_retry_after_and_spread_with_jitter():
+    """DSPy's own loop waits min(2**n, 60) exactly, so threads refused together retry together: the waits here
+    differ by up to a second of jitter."""
+    import tenacity
 
-    from tide_dspy.backbones import RetryPolicy
+    from tide_dspy.backbones.calls import DEFAULT_RETRIES, wait_time
 
-    policy = RetryPolicy()
-    assert policy.least_total_wait() > 60
-    rng = random.Random(0)
-    assert 3.0 <= policy.delay(0, 3.0, rng) <= 4.0  # Retry-After plus at most a second of jitter
-    assert all(0.5 * min(60, 2 ** n) <= policy.delay(n, None, rng) <= min(60, 2 ** n) for n in range(10))
+    def wait(attempt: int, exc: Exception) -> float:
+        state = tenacity.RetryCallState(None, None, (), {})
+        state.attempt_number = attempt
+        state.set_exception((type(exc), exc, None))
+        return wait_time(state)
+
+    hinted = type("RateLimited", (Exception,), {"retry_after": 3.0})()
+    assert all(3.0 <= wait(1, hinted) <= 4.0 for _ in range(20))  # Retry-After plus at most a second of jitter
+    waits = [[wait(n, Exception("no hint")) for _ in range(20)] for n in range(1, DEFAULT_RETRIES + 1)]
+    assert all(min(60, 2 ** (n - 1)) <= w <= min(60, 2 ** (n - 1)) + 1 for n, ws in enumerate(waits, 1) for w in ws)
+    assert sum(min(ws) for ws in waits) > 60  # all retries together outlast a per-minute limit
+    assert all(len(set(ws)) > 1 for ws in waits)  # spread, not in lockstep
 
 
 def test_a_retry_after_longer_than_the_longest_wait_ends_the_call(sim, monkeypatch):
+    """DSPy's own loop would sleep the hour out (dspy/clients/execution.py waits any Retry-After)."""
+    slept = []
+    monkeypatch.setattr("time.sleep", slept.append)
     sim.faults.append(Fault(429, count=5, retry_after="3600"))
     lm = get_lm("gpt-5-mini", api_base=sim.base_url("openai"))
     with pytest.raises(Exception, match="RateLimit|rate limit|Rate limit"):
         lm("hello", cache=False)
-    assert len(sim.log) == 1  # not retried: a daily quota is not waited out
+    assert len(sim.log) == 1 and slept == []  # not retried, not waited for: a daily quota is not waited out
+
+
+def test_a_host_that_does_not_resolve_is_not_retried(monkeypatch):
+    """DSPy's own loop retries a transport error whatever its cause, with a wait before each retry."""
+    slept = []
+    monkeypatch.setattr("time.sleep", slept.append)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    lm = get_lm("gpt-5-mini", api_base="http://tide-no-such-host.invalid/v1", num_retries=3)
+    with pytest.raises(Exception) as failed:
+        lm("hello", cache=False)
+    assert unresolvable(failed.value) and slept == []
 
 
 def test_client_errors_are_not_retried(sim):

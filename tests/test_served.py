@@ -1,4 +1,5 @@
-"""The openai-compatible backbone: the output schema goes out in the server's dialect, keys stay out of state."""
+"""The openai-compatible backbone (dspy.LM on DSPy's LiteLLM client): the output schema goes out in the server's
+dialect, keys stay out of state, and DSPy's cache never replays one server's answers for another."""
 
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ from pydantic import BaseModel, Field
 
 from scripts import load_script
 from tide_dspy.backbones import adapter_for, describe_lm, get_lm
-from tide_dspy.backbones.served import ServedEngine
 
 StubServer = load_script("stub_server").StubServer
 
@@ -55,7 +55,7 @@ def test_llama_cpp_dialect_sends_json_object_with_the_schema():
 def test_openai_dialect_for_vllm_sends_json_schema():
     with StubServer(answer=_answer) as stub:
         lm = get_lm("openai-compatible", api_base=stub.api_base)
-        assert lm.engine.schema_format == "json_schema"
+        assert lm.tide_served.schema_format == "json_schema"
         _ask(lm)
     fmt = stub.requests[0]["response_format"]
     assert fmt["type"] == "json_schema" and "pick" in fmt["json_schema"]["schema"]["properties"]
@@ -88,9 +88,19 @@ def test_the_key_goes_to_the_server_and_nowhere_else(monkeypatch):
     with StubServer(answer=_answer) as stub:
         lm = get_lm("openai-compatible", api_base=stub.api_base, server_schema="llama.cpp")
         _ask(lm)
-    assert stub.headers[0]["Authorization"] == "Bearer SENTINEL-server-key"
+    assert {k.lower(): v for k, v in stub.headers[0].items()}["authorization"] == "Bearer SENTINEL-server-key"
     assert "SENTINEL" not in json.dumps(describe_lm(lm)) + json.dumps(lm.dump_state(), default=str)
-    assert ServedEngine.load_state(lm.engine.dump_state()).dump_state() == lm.engine.dump_state()
+    assert "SENTINEL" not in json.dumps(lm.history, default=str)
+
+
+def test_without_a_server_key_the_provider_key_stays_home(monkeypatch):
+    """LiteLLM sends OPENAI_API_KEY to any OpenAI-style address it is given no key for: the served LM gives it a
+    placeholder instead."""
+    monkeypatch.delenv("TIDE_API_KEY", raising=False)
+    monkeypatch.setenv("OPENAI_API_KEY", "SENTINEL-provider-key")
+    with StubServer(answer=_answer) as stub:
+        _ask(get_lm("openai-compatible", api_base=stub.api_base))
+    assert "SENTINEL" not in json.dumps(stub.headers)
 
 
 # ---- which server answered: DSPy's cache never replays another server's answers ----
@@ -114,8 +124,10 @@ def test_the_served_model_id_is_part_of_the_cache_identity():
     with StubServer(answer=_answer, served=("qwen2.5-coder-7b",)) as stub:
         lm = get_lm("openai-compatible", api_base=stub.api_base)
         _ask(lm)
-    assert lm.model.startswith("openai-compatible/qwen2.5-coder-7b-json_schema@")
+    assert lm.tide_cache_identity.startswith("openai-compatible/qwen2.5-coder-7b-json_schema@")
+    assert lm.history[-1]["kwargs"]["rollout_id"] == lm.tide_cache_identity  # what DSPy keys the call on
     assert stub.requests[0]["model"] == "qwen2.5-coder-7b"  # the id the server listed is the one sent
+    assert "rollout_id" not in stub.requests[0]  # and never sent
 
 
 def test_a_dead_server_with_a_warm_cache_fails_rather_than_replaying():
@@ -133,7 +145,7 @@ def test_a_rate_limited_server_is_retried_after_its_retry_after():
     with StubServer(answer=_answer, max_requests=1) as stub:
         lm = get_lm("openai-compatible", api_base=stub.api_base, num_retries=1)
         _ask(lm)
-        with pytest.raises(Exception, match="HTTP 429"):
+        with pytest.raises(Exception, match="RateLimitError"):
             with dspy.context(lm=lm, adapter=adapter_for(lm)):
                 dspy.Predict(Choose)(question="again?", config={"rollout_id": 1})
     assert len(stub.requests) == 3  # the first answer, then the 429 and its one retry

@@ -8,7 +8,7 @@ from __future__ import annotations
 import importlib
 
 _EXPORTS = {
-    "ProviderLM": "tide_dspy.backbones.calls", "RetryPolicy": "tide_dspy.backbones.calls",
+    "ProviderLM": "tide_dspy.backbones.calls",
     "JudgeSpec": "tide_dspy.backbones.options", "LMOptions": "tide_dspy.backbones.options",
     "lm_from_options": "tide_dspy.backbones.options",
 "proposer_from_options": "tide_dspy.backbones.options",

@@ -17,7 +17,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from dspy.clients.engines.base import validate_request
 from dspy.lm15 import (
     ContextLengthError,
     Message,
@@ -239,7 +238,6 @@ class LlamaCppEngine:
         return {**schema, "properties": props}
 
     def complete(self, request) -> Response:
-        validate_request(request)
         cfg = request.config
         response_format = self._grammar_format(request)
         kwargs: dict[str, Any] = dict(

@@ -66,7 +66,8 @@ def _describe(lm) -> CheckReport:
                            structured, f"{n_ctx:,} tokens (TIDE_N_CTX)" if n_ctx else "the engine's",
                            "free: it runs on this machine")
     if backbone.kind == "openai-compatible":
-        address, client = getattr(engine, "api_base", "?"), f"tide-dspy's served engine ({engine.schema_format})"
+        served = lm.tide_served
+        address, client = served.api_base, f"DSPy's LiteLLM client, the schema as {served.schema_format}"
     else:
         address, source = provider_address(backbone, (lm.kwargs or {}).get("api_base"))
         address = f"{scrub_text(address)} ({source})" if address else source

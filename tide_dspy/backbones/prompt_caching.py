@@ -35,30 +35,31 @@ def uses_native_client(lm) -> bool:
         return False
 
 
-def split_static_prefix(messages: list[dict]) -> tuple[list[dict], int | None]:
-    """`messages` with the last user message split before its last input field, and the index of the static half
-    (None when there is nothing to split: no such header, or nothing before it)."""
+def split_static_prefix(messages: list[dict]) -> int | None:
+    """Split the last user message of `messages`, in place, before its last input field; the index of the static
+    half (None when there is nothing to split: no such header, or nothing before it)."""
     if not messages or messages[-1].get("role") != "user" or not isinstance(messages[-1].get("content"), str):
-        return messages, None
+        return None
     content = messages[-1]["content"]
     headers = list(_INPUT_HEADER.finditer(content))
     if not headers or headers[-1].start() == 0:
-        return messages, None
+        return None
     cut = headers[-1].start()
-    static, dynamic = content[:cut].rstrip("\n"), content[cut:]
-    return [*messages[:-1], {"role": "user", "content": static}, {"role": "user", "content": dynamic}], \
-        len(messages) - 1
+    messages[-1:] = [{"role": "user", "content": content[:cut].rstrip("\n")},
+                     {"role": "user", "content": content[cut:]}]
+    return len(messages) - 2
 
 
-def mark_static_prefix(lm, messages: list[dict] | None, kwargs: dict) -> tuple[list[dict] | None, dict]:
-    """(messages, call options) with the static prefix marked for caching, on an explicit-cache provider."""
+def mark_static_prefix(lm, messages: list[dict] | None, kwargs: dict) -> dict:
+    """The call options with the static prefix marked for caching, on an explicit-cache provider; `messages` (the
+    adapter's list) is split in place where the mark goes."""
     if lm.tide_rules.prompt_cache != "explicit" or not messages or "prompt_cache" in kwargs:
-        return messages, kwargs
-    split, static = split_static_prefix(messages)
+        return kwargs
+    static = split_static_prefix(messages)
     if static is None:
-        return messages, kwargs
+        return kwargs
     if getattr(lm, "tide_native_client", False):
-        non_system = sum(1 for m in split[:static] if m.get("role") != "system")
-        return split, {**kwargs, "prompt_cache": CacheConfig(prefix_until_index=non_system)}
+        non_system = sum(1 for m in messages[:static] if m.get("role") != "system")
+        return {**kwargs, "prompt_cache": CacheConfig(prefix_until_index=non_system)}
     points = [{"location": "message", "role": "system"}, {"location": "message", "index": static}]
-    return split, {**kwargs, "cache_control_injection_points": points}
+    return {**kwargs, "cache_control_injection_points": points}

@@ -19,9 +19,8 @@ from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 import dspy
-from dspy.clients.base_lm import LM_CLASS_STATE_KEY
 
-from tide_dspy.backbones.calls import ProviderLM, RetryPolicy
+from tide_dspy.backbones.calls import DEFAULT_RETRIES, ProviderLM, Served
 from tide_dspy.backbones.llamacpp import DEFAULT_MAX_TOKENS, DEFAULT_N_CTX, LlamaCppEngine
 from tide_dspy.backbones.providers import (
     ANTHROPIC_SONNET_45,
@@ -35,7 +34,6 @@ from tide_dspy.backbones.providers import (
     ProviderRules,
     rules_for_model,
 )
-from tide_dspy.backbones.served import ServedEngine
 from tide_dspy.cost.prices import map_entry
 from tide_dspy.util.hashing import short_sha256
 from tide_dspy.util.secrets import scrub_secrets, scrub_text
@@ -71,8 +69,7 @@ BACKBONES: dict[str, Backbone] = {b.name: b for b in (
     Backbone("qwen-3.6-flash", "hosted", "dashscope/qwen3.6-flash", "DASHSCOPE_API_KEY", verified=False,
              note="Alibaba Model Studio id assumed; not in LiteLLM's model map here, so unverified",
              rules=DASHSCOPE_QWEN_36_FLASH),
-    # Our own engine (backbones.served): it sends max_tokens (llama.cpp's server ignores max_completion_tokens)
-    # and the output schema in the server's dialect.
+    # DSPy's LiteLLM client, with the output schema in the server's dialect (backbones.calls.Served).
     Backbone("openai-compatible", "openai-compatible", "openai-compatible", "TIDE_API_KEY", rules=OPENAI_COMPATIBLE,
              note="vLLM or `python -m llama_cpp.server`; needs --api-base / TIDE_API_BASE"),
 )}
@@ -146,10 +143,6 @@ def provider_address(backbone: Backbone, api_base: str | None) -> tuple[str | No
     return None, "the provider's own endpoint"
 
 
-def retry_policy(num_retries: int | None) -> RetryPolicy:
-    return RetryPolicy(num_retries=_pick(num_retries, "TIDE_NUM_RETRIES", int, RetryPolicy.num_retries))
-
-
 def _positive(value: float | None, what: str) -> float | None:
     if value is not None and not (value > 0 and value != float("inf")):
         raise ValueError(f"{what} must be a positive number of seconds, got {value}")
@@ -161,10 +154,10 @@ def get_lm(name: str = DEFAULT_BACKBONE, *, api_base: str | None = None, tempera
            timeout: float | None = None, **kw) -> dspy.LM:
     """A `dspy.LM` for a backbone name or raw DSPy model string.
 
-    Hosted and served backbones are `ProviderLM`s: every call is shaped by the provider's rules and retried under
-    one policy (`num_retries`, default 8, TIDE_NUM_RETRIES; `timeout` seconds per request, TIDE_TIMEOUT). Extra
-    keywords: n_ctx, constrained, require_items, fast_grammar, seed (local); model (the served model name) and
-    server_schema (json_schema | llama.cpp | off: the dialect of the output schema, see backbones.served) for
+    Every backbone's LM is a `ProviderLM` (backbones.calls): each call is shaped by the provider's rules and retried
+    (`num_retries`, default 8, TIDE_NUM_RETRIES; `timeout` seconds per request, TIDE_TIMEOUT). Extra keywords: n_ctx,
+    constrained, require_items, fast_grammar, seed (local); model (the served model name) and server_schema
+    (json_schema | llama.cpp | off: the dialect of the output schema, see backbones.calls.Served) for
     openai-compatible; anything else goes to `dspy.LM` (e.g. cache=False). Keys are refused: set them in the
     environment.
     """
@@ -199,6 +192,7 @@ def get_lm(name: str = DEFAULT_BACKBONE, *, api_base: str | None = None, tempera
         raise ValueError(f"max_tokens {max_tokens} is more than {backbone.name} writes ({most}); "
                          "pass a smaller --max-tokens")
     timeout = _positive(_pick(timeout, "TIDE_TIMEOUT", float, None), "timeout (--timeout / TIDE_TIMEOUT)")
+    num_retries = _pick(num_retries, "TIDE_NUM_RETRIES", int, DEFAULT_RETRIES)
 
     if backbone.kind == "local":
         engine = LlamaCppEngine(
@@ -214,32 +208,32 @@ def get_lm(name: str = DEFAULT_BACKBONE, *, api_base: str | None = None, tempera
         )
         # The model name is part of DSPy's cache key: outputs decoded under another grammar must not be replayed.
         model = engine.spec.dspy_model + ("-require-items" if engine.require_items else "")
-        lm = dspy.LM(model, engine=engine, temperature=engine.temperature,
-                     max_tokens=engine.max_tokens, **kw)
+        lm = ProviderLM(model, engine=engine, rules=rules, num_retries=num_retries, temperature=engine.temperature,
+                        max_tokens=engine.max_tokens, **kw)
     elif backbone.kind == "openai-compatible":
         if not api_base:
             raise ValueError("backbone 'openai-compatible' needs a server address: pass --api-base / api_base= "
                              "or set TIDE_API_BASE (e.g. http://localhost:8000/v1)")
-        engine = ServedEngine(
-            api_base, kw.pop("model", None) or os.environ.get("TIDE_SERVED_MODEL"),
-            schema_format=_pick(server_schema, "TIDE_SERVER_SCHEMA", str, "json_schema"),
-            max_tokens=max_tokens or DEFAULT_MAX_TOKENS, temperature=temperature,
-            timeout=timeout or _pick(None, "TIDE_SERVER_TIMEOUT", float, 600.0))
-        # The model string is DSPy's cache key: it names the server's address and, after the first call, the model
-        # it serves, so two servers never share answers; and the schema format, so outputs decoded under another
-        # grammar are not replayed.
-        lm = ProviderLM(engine.identity_string(), engine=engine, rules=rules, retry=retry_policy(num_retries),
-                        temperature=temperature, max_tokens=engine.max_tokens, **kw)
+        if urlsplit(api_base).scheme not in ("http", "https"):
+            raise ValueError(f"api_base {api_base!r}: expected an http(s) URL such as http://127.0.0.1:8000/v1")
+        served = Served(api_base, kw.pop("model", None) or os.environ.get("TIDE_SERVED_MODEL"),
+                        _pick(server_schema, "TIDE_SERVER_SCHEMA", str, "json_schema"))
+        # Through DSPy's LiteLLM client (it sends max_tokens, which llama.cpp's server reads, and the response
+        # format as written); the model it names is the one the server lists, read before the first call.
+        quiet_litellm()
+        lm = ProviderLM(f"openai/{served.model or 'default'}", engine="litellm", rules=rules, served=served,
+                        num_retries=num_retries, temperature=temperature, max_tokens=max_tokens or DEFAULT_MAX_TOKENS,
+                        api_base=api_base, timeout=timeout or _pick(None, "TIDE_SERVER_TIMEOUT", float, 600.0), **kw)
     else:
         lm = hosted_lm(backbone, api_base=api_base, temperature=temperature, max_tokens=max_tokens,
-                       timeout=timeout, retry=retry_policy(num_retries), **kw)
+                       timeout=timeout, num_retries=num_retries, **kw)
     lm.tide_backbone = backbone.name
     lm.tide_rules = rules
     return lm
 
 
 def hosted_lm(backbone: Backbone, *, api_base: str | None, temperature: float | None, max_tokens: int | None,
-              timeout: float | None, retry: RetryPolicy, **kw) -> ProviderLM:
+              timeout: float | None, num_retries: int, **kw) -> ProviderLM:
     """A hosted backbone's LM: its provider's rules, its address (said aloud when it is not the provider's own),
     and which of DSPy's clients carries it (native lm15 or LiteLLM)."""
     from tide_dspy.backbones.prompt_caching import uses_native_client
@@ -256,10 +250,18 @@ def hosted_lm(backbone: Backbone, *, api_base: str | None, temperature: float | 
     # DSPy's cache key leaves the address out: the cache identity puts it back, so answers cached from a simulator,
     # a gateway or another provider address are never replayed for this one.
     identity = f"{backbone.model}@{short_sha256(address or 'provider-endpoint', length=10)}"
-    lm = ProviderLM(backbone.model, rules=backbone.rules, retry=retry, temperature=temperature, max_tokens=max_tokens,
-                    cache_identity=identity, **options)
+    lm = ProviderLM(backbone.model, rules=backbone.rules, num_retries=num_retries, temperature=temperature,
+                    max_tokens=max_tokens, cache_identity=identity, **options)
     lm.tide_native_client = uses_native_client(lm)  # where prompt-cache marks go (backbones.prompt_caching)
+    if not lm.tide_native_client:
+        quiet_litellm()
     return lm
+
+
+def quiet_litellm() -> None:
+    """Keep LiteLLM's own log at ERROR: it writes raw requests and responses (a gateway's echo of a key among them)
+    through a handler of its own, past the scrubbing of tide-dspy's log (cli.main.SafeFormatter)."""
+    dspy.disable_litellm_logging()
 
 
 def sized_as(lm, backbone: str | None):
@@ -283,10 +285,11 @@ def describe_lm(lm) -> dict:
         info.update({f"engine_{k}": v for k, v in (engine.get("state") or {}).items()})
     elif isinstance(engine, str):
         info["engine"] = engine
-    if "engine_api_base" in info:  # where a served engine sends its calls: api_base, as for any LM
-        info["api_base"] = info.pop("engine_api_base")
+    served = getattr(lm, "tide_served", None)
+    if served is not None:
+        info["server_schema"] = served.schema_format
     info = scrub_secrets(info)
-    return {k: v for k, v in info.items() if v not in (None, {}, []) and k != LM_CLASS_STATE_KEY}
+    return {k: v for k, v in info.items() if v not in (None, {}, []) and not k.startswith("_")}
 
 
 def serializes_calls(lm) -> bool:
@@ -302,7 +305,8 @@ def adapter_for(lm):
     engine = getattr(lm, "engine", None)
     if isinstance(engine, LlamaCppEngine) and engine.constrained:
         return dspy.JSONAdapter()
-    if isinstance(engine, ServedEngine) and engine.supports_response_schema:
+    served = getattr(lm, "tide_served", None)
+    if served is not None and served.schema_format != "off":
         return dspy.JSONAdapter()
     rules = getattr(lm, "tide_rules", None)
     if rules is not None and not rules.json_fallback:
