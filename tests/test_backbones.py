@@ -22,6 +22,7 @@ from tide_dspy.backbones import (
     weights,
 )
 from tide_dspy.backbones.llamacpp import LlamaCppEngine
+from tide_dspy.cost.prices import DEFAULT_OUTPUT_TOKENS
 from tide_dspy.cost.usage import entries_since, lm_usage, usage_mark, usage_tokens
 from tide_dspy.discovery import TIDE
 
@@ -136,7 +137,7 @@ def test_bad_env_value_names_the_variable(monkeypatch):
 def test_reasoning_backbone_gets_no_temperature_and_its_output_budget():
     lm = get_lm("gpt-5-mini", temperature=0.3)
     assert lm.kwargs.get("temperature") is None
-    assert lm.kwargs.get("max_completion_tokens", lm.kwargs.get("max_tokens")) == 16000
+    assert lm.kwargs.get("max_completion_tokens", lm.kwargs.get("max_tokens")) == DEFAULT_OUTPUT_TOKENS == 16_384
     assert lm.copy(temperature=0.7).kwargs.get("temperature") is None  # DSPy's Refine and tune copy with one
 
 

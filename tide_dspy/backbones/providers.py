@@ -48,7 +48,6 @@ class ProviderRules:
     # "explicit": the prefix is cached only where a request marks it (Anthropic's cache_control); "implicit": the
     # provider caches repeated prefixes by itself; "none".
     prompt_cache: str = "implicit"
-    output_tokens: int | None = None  # max_tokens tide-dspy asks for per call unless told (None: the client's)
     request_options: dict = field(default_factory=dict)  # sent with every request (e.g. DashScope's thinking switch)
     json_fallback: bool = True  # DSPy's JSON-adapter retry of an unparsed answer (a structured-output request)
 
@@ -88,7 +87,7 @@ OPENAI_GPT5_MINI = ProviderRules(
     # https://platform.openai.com/docs/guides/reasoning: reasoning models take only the default temperature (1).
     # https://platform.openai.com/docs/guides/structured-outputs#supported-schemas: no `default`; 1,000 enum values.
     "openai", context_window=400_000,
-    accepts_temperature=False, schema_dialect="openai-strict", max_enum_values=1000, output_tokens=16_000,
+    accepts_temperature=False, schema_dialect="openai-strict", max_enum_values=1000,
     docs=("https://platform.openai.com/docs/models/gpt-5-mini", "https://platform.openai.com/docs/guides/reasoning",
           "https://platform.openai.com/docs/guides/structured-outputs#supported-schemas",
           "https://platform.openai.com/docs/guides/prompt-caching"))
@@ -101,7 +100,7 @@ ANTHROPIC_SONNET_45 = ProviderRules(
     # https://docs.claude.com/en/docs/build-with-claude/prompt-caching: caches only up to cache_control marks;
     # reads cost 0.1x and writes 1.25x the input price (the map's cache prices).
     "anthropic", context_window=200_000, schema_dialect="anthropic", accepts_seed=False,
-    max_temperature=1.0, prompt_cache="explicit", output_tokens=16_384,
+    max_temperature=1.0, prompt_cache="explicit",
     docs=("https://docs.claude.com/en/docs/build-with-claude/structured-outputs",
           "https://docs.claude.com/en/docs/build-with-claude/context-windows",
           "https://docs.claude.com/en/docs/build-with-claude/prompt-caching"))
@@ -109,7 +108,7 @@ GEMINI_35_FLASH = ProviderRules(
     # https://ai.google.dev/gemini-api/docs/models: 1,048,576 input and 65,536 output tokens; the window is taken
     # as the map's input limit, prompt and output together: the safe reading for a pre-check.
     # https://ai.google.dev/gemini-api/docs/gemini-3: keep temperature at its default of 1.0.
-    "gemini", accepts_temperature=False, schema_dialect="gemini", output_tokens=16_384,
+    "gemini", accepts_temperature=False, schema_dialect="gemini",
     docs=("https://ai.google.dev/gemini-api/docs/gemini-3", "https://ai.google.dev/gemini-api/docs/structured-output",
           "https://ai.google.dev/gemini-api/docs/caching"))
 DASHSCOPE_QWEN_36_FLASH = ProviderRules(
@@ -118,7 +117,7 @@ DASHSCOPE_QWEN_36_FLASH = ProviderRules(
     # a non-streaming call must send enable_thinking false where thinking is on by default, so it is always sent.
     # The map has no dashscope entry: the limits (1M window, 65,536 output) and price are OpenRouter's listing.
     "dashscope", metadata="openrouter/qwen/qwen3.6-flash", schema_dialect="json-object",
-    output_tokens=16_384, request_options={"extra_body": {"enable_thinking": False}},
+    request_options={"extra_body": {"enable_thinking": False}},
     docs=("https://www.alibabacloud.com/help/en/model-studio/compatibility-of-openai-with-dashscope",
           "https://www.alibabacloud.com/help/en/model-studio/deep-thinking"))
 

@@ -34,7 +34,7 @@ from tide_dspy.backbones.providers import (
     ProviderRules,
     rules_for_model,
 )
-from tide_dspy.cost.prices import map_entry
+from tide_dspy.cost.prices import DEFAULT_OUTPUT_TOKENS, map_entry
 from tide_dspy.util.hashing import short_sha256
 from tide_dspy.util.secrets import scrub_secrets, scrub_text
 
@@ -184,10 +184,13 @@ def get_lm(name: str = DEFAULT_BACKBONE, *, api_base: str | None = None, tempera
         logger.warning("%s takes only its default temperature: temperature %s is not sent (samples differ by "
                        "rollout id and seed)", backbone.name, temperature)
         temperature = None
-    max_tokens = _pick(max_tokens, "TIDE_MAX_TOKENS", int, backbone.defaults.get("max_tokens", rules.output_tokens))
+    most = map_entry(rules.metadata or backbone.model).get("max_output_tokens") if backbone.kind == "hosted" else None
+    # A hosted backbone asks for the one output default (within what the model writes), so the budget and window
+    # checks know what each call may cost; the embedded and served engines keep their own.
+    default = min(DEFAULT_OUTPUT_TOKENS, most or DEFAULT_OUTPUT_TOKENS) if backbone.kind == "hosted" else None
+    max_tokens = _pick(max_tokens, "TIDE_MAX_TOKENS", int, backbone.defaults.get("max_tokens", default))
     if max_tokens is not None and max_tokens < 1:
         raise ValueError(f"max_tokens must be at least 1, got {max_tokens} (from --max-tokens or TIDE_MAX_TOKENS)")
-    most = map_entry(rules.metadata or backbone.model).get("max_output_tokens") if backbone.kind == "hosted" else None
     if max_tokens is not None and isinstance(most, int) and max_tokens > most:
         raise ValueError(f"max_tokens {max_tokens} is more than {backbone.name} writes ({most}); "
                          "pass a smaller --max-tokens")
