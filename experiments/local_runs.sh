@@ -32,10 +32,10 @@ step() {  # name, command...
 run() {
   case $1 in
     distill-ws)  # issue 14: retried under dspy.Refine until the abstraction check passes; 1 thread under load
-      step distill-workspace tide distill --setting workspace "${WS_DATA[@]}" --backbone "$B" --attempts 3 --threads 1 --max-tokens 320 ;;
+      step distill-workspace tide distill --setting workspace "${WS_DATA[@]}" --backbone "$B" --max-attempts 3 --threads 1 --max-tokens 320 ;;
     distill-repo)
       step distill-repository tide distill --setting repository --backbone "$B" --max-context-tokens 8500 \
-        --max-cases "${TIDE_DISTILL_CASES:-6}" --attempts 3 --threads 1 --max-tokens 320 ;;
+        --max-cases "${TIDE_DISTILL_CASES:-6}" --max-attempts 3 --threads 1 --max-tokens 320 ;;
     table1-ws)
       step table1-workspace python experiments/run.py table1 --setting workspace "${WS_DATA[@]}" --backbone "$B" --judge proxy "${WS_SUBSET[@]}"
       for e in steps budget instances; do

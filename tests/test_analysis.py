@@ -43,11 +43,10 @@ def test_template_citations_count_novel_findings_separately():
     assert analysis.template_citations(rows) == {"t1": 2, "novel": 1}
 
 
-def test_per_instance_counts_and_coverage_by_gold_count():
+def test_per_instance_counts():
     scored = {**ROW, "score": {"coverage": {"retrieval": 0.5}}}
     counts = analysis.per_instance_counts([scored], {"i1": INSTANCE})
     assert counts == [{"instance_id": "i1", "gold_problems": 2, "findings": 3, "retrieval_coverage": 0.5}]
-    assert analysis.coverage_by_gold_count([scored], {"i1": INSTANCE}) == {2: 0.5}
 
 
 def test_mean_std_ignores_unjudged_components():

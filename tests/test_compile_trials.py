@@ -129,13 +129,6 @@ def test_a_trial_log_of_another_setup_is_not_continued(tmp_path):
     assert fresh.rows == {}
 
 
-def test_a_trial_log_whose_header_counts_max_retries_is_continued(tmp_path):
-    metric = make_metric("scan-recall")
-    TrialLog(tmp_path, {"program": {"max_rounds": 2, "max_retries": 2}}, metric, progress=False).close()
-    again = TrialLog(tmp_path, {"program": {"max_rounds": 2, "max_attempts": 3}}, metric, progress=False)
-    assert again.rows == {}
-
-
 def compile_within(budget: Budget, lm, tmp_path, ledgers):
     """The scan compiled by TINY_COPRO under `budget`; returns the program and its trial log's summary."""
     train, val = split_train(ledgers)

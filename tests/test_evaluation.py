@@ -14,7 +14,7 @@ from routed_lm import RoutedLM, fixture_instances
 
 from tide_dspy import metrics
 from tide_dspy.data.selection import data_path, select_instances
-from tide_dspy.evaluation import EvaluationResult, evaluate, format_table, program_hash, read_rows
+from tide_dspy.evaluation import EvaluationResult, evaluate, format_table, read_rows
 from tide_dspy.programs import build_program
 
 
@@ -148,30 +148,6 @@ def test_a_resumed_run_adds_instances_and_usage_and_refuses_another_config(tmp_p
     ):
         evaluate(other, train, out_path=out, lm=RoutedLM(train), progress=False, resume=True)
     evaluate(other, train[:1], out_path=out, lm=RoutedLM(train), progress=False, resume=False)  # starting over is fine
-
-
-def test_a_run_whose_config_counts_max_retries_resumes_with_the_same_program(tmp_path, train):
-    program = build_program("iter", "workspace", max_rounds=2, per_round=2)
-    out = tmp_path / "results.jsonl"
-    first, second = train
-    evaluate(program, [first], out_path=out, lm=RoutedLM(train), progress=False)
-    config = json.loads((tmp_path / "config.json").read_text())
-    config["program"]["max_retries"] = config["program"].pop("max_attempts") - 1
-    config["program_hash"] = program_hash(program, as_retries=True)
-    (tmp_path / "config.json").write_text(json.dumps(config))
-    result = evaluate(program, train, out_path=out, lm=RoutedLM(train), progress=False, resume=True)
-    assert result.n_resumed == 1 and result.n_run == 1
-
-
-def test_a_run_whose_config_counts_other_max_retries_is_not_resumed(tmp_path, train):
-    program = build_program("iter", "workspace", max_rounds=2, per_round=2)
-    out = tmp_path / "results.jsonl"
-    evaluate(program, train[:1], out_path=out, lm=RoutedLM(train), progress=False)
-    config = json.loads((tmp_path / "config.json").read_text())
-    config["program"]["max_retries"] = config["program"].pop("max_attempts")
-    (tmp_path / "config.json").write_text(json.dumps(config))
-    with pytest.raises(ValueError, match=r"another run configuration \(differs in program"):
-        evaluate(program, train, out_path=out, lm=RoutedLM(train), progress=False, resume=True)
 
 
 def test_a_failing_instance_is_recorded_scored_zero_and_rerun_on_resume(tmp_path, train):

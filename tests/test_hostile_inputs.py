@@ -75,25 +75,12 @@ def test_a_saved_programs_lm_never_replaces_the_chosen_backbone(repo, tmp_path):
 
 
 @pytest.mark.parametrize("key,value", [("max_rounds", 1e9), ("max_attempts", 10**9), ("per_round", 0),
-                                       ("max_attempts", 0), ("max_retries", -1), ("dedup_threshold", "80")])
+                                       ("max_attempts", 0), ("dedup_threshold", "80")])
 def test_saved_config_values_are_bounded(tmp_path, key, value):
     path, state = saved_state(tmp_path, **{key: value})
     write(path, state)
     with pytest.raises(ValueError, match=rf"p.json: tide_config.{key} = .* is out of bounds"):
         load_program(path)
-
-
-def test_a_saved_max_retries_loads_as_one_more_attempt(tmp_path):
-    path, state = saved_state(tmp_path)
-    del state["tide_config"]["max_attempts"]
-    state["tide_config"]["max_retries"] = 4
-    assert load_program(write(path, state)).max_attempts == 5
-
-
-def test_a_saved_config_with_both_max_retries_and_max_attempts_is_refused(tmp_path):
-    path, state = saved_state(tmp_path, max_retries=1)
-    with pytest.raises(ValueError, match="p.json: tide_config has both max_attempts and max_retries"):
-        load_program(write(path, state))
 
 
 # ---- 3. git never reads user text as an option ----
@@ -461,3 +448,9 @@ def test_report_md_escapes_html_and_fences_patches_longer_than_their_backticks(r
     assert "- pkg/&lt;b onclick=x&gt;bold.py: line 1" in md
     fence = "`" * 5
     assert f"\n{fence}diff\n" in md and f"\n+````\n+'''\n{fence}\n" in md
+
+
+def test_a_saved_max_retries_is_an_unknown_key(tmp_path):
+    path, state = saved_state(tmp_path, max_retries=2)
+    with pytest.raises(ValueError, match=r"p.json: tide_config has unknown key\(s\) \['max_retries'\]"):
+        load_program(write(path, state))

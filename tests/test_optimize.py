@@ -416,7 +416,9 @@ def test_cli_distill_writes_nothing_when_no_template_passes_the_check(tmp_path, 
     assert not (tmp_path / "programs" / "workspace" / "dummy" / "templates.json").exists()
 
 
-def test_cli_distill_reads_attempts_as_max_attempts():
+def test_cli_distill_takes_max_attempts_and_no_other_spelling(capsys):
     from tide_dspy.cli.main import build_parser
 
-    assert build_parser().parse_args(["distill", "--setting", "workspace", "--attempts", "2"]).max_attempts == 2
+    assert build_parser().parse_args(["distill", "--setting", "workspace", "--max-attempts", "2"]).max_attempts == 2
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["distill", "--setting", "workspace", "--attempts", "2"])

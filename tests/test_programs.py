@@ -12,6 +12,7 @@ import dspy
 import pytest
 from routed_lm import RoutedLM
 
+from tide_dspy.data.selection import Selection
 from tide_dspy.discovery import TIDE, MultiAgent, SingleAgent
 from tide_dspy.methods import method_of
 from tide_dspy.programs import build_program, load_program, save_program
@@ -131,25 +132,23 @@ def test_loaded_program_runs_like_the_original(workspace_instance, tmp_path):
     assert len(outs[0].findings) == min(3 * 2, len(workspace_instance.problems))
 
 
-def test_replace_templates_keeps_the_compiled_instruction(tmp_path):
-    from tide_dspy.programs import build_program, load_program, replace_templates, save_program
+def test_a_saved_program_is_evaluated_with_another_library_and_its_compiled_instruction(tmp_path):
+    from tide_dspy.programs import build_program, save_program
     from tide_dspy.schemas import Template
     from tide_dspy.templates import TemplateLibrary
+    from tide_dspy.workflows import ProgramShape, evaluation_program
 
     old = [Template(id="ws-t01", name="old", pattern="old pattern", evidence_flow=["a step of four words"])]
     program = build_program("tide", "workspace", templates=old)
     program.discover.signature = program.discover.signature.with_instructions("Compiled instruction.")
-    path = save_program(program, tmp_path / "tide.json", extra={"backbone": "dummy", "validation": {"after": 0.5}})
+    path = str(save_program(program, tmp_path / "tide.json"))
     new = TemplateLibrary([Template(id="ws-t07", name="new", pattern="new pattern",
                                     evidence_flow=["another step of words"])], "workspace")
-    replace_templates(path, new.save(tmp_path / "templates.json"))
-    loaded = load_program(path)
+    options = dict(backbone="dummy", method=None, shape=ProgramShape(), programs=tmp_path)
+    selection = Selection(setting=None, split="test")
+    loaded, _, _ = evaluation_program(selection, program=path, templates=new.save(tmp_path / "t.json"), **options)
     assert [t.id for t in loaded.templates] == ["ws-t07"]
     assert loaded.discover.signature.instructions == "Compiled instruction."
-    extra = json.loads(path.read_text())["tide_extra"]
-    assert extra["templates_replaced"]["previous_ids"] == ["ws-t01"] and extra["validation"] == {"after": 0.5}
-    replace_templates(path, None)
-    assert load_program(path).templates == [] and json.loads(path.read_text())["tide_extra"]["templates_path"] is None
     repo = TemplateLibrary([Template(id="repo-t001", name="n", pattern="p", evidence_flow=["x"])], "repository")
     with pytest.raises(ValueError, match="repository library"):
-        replace_templates(path, repo.save(tmp_path / "repo.json"))
+        evaluation_program(selection, program=path, templates=repo.save(tmp_path / "repo.json"), **options)

@@ -8,7 +8,7 @@ first k calls).
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Iterable
 from statistics import mean, pstdev
 
@@ -121,14 +121,6 @@ def scan_recall(rows: list[dict]) -> float | None:
     """Mean share of gold evidence among the artifacts a scan put in focus (None for runs without a scan)."""
     values = [r["scan"]["recall_at_focus"] for r in rows if (r.get("scan") or {}).get("recall_at_focus") is not None]
     return round(mean(values), 3) if values else None
-
-
-def coverage_by_gold_count(rows: list[dict], instances: dict[str, Instance]) -> dict[int, float]:
-    groups: dict[int, list[float]] = defaultdict(list)
-    for c in per_instance_counts(rows, instances):
-        if c["retrieval_coverage"] is not None:
-            groups[c["gold_problems"]].append(c["retrieval_coverage"])
-    return {n: mean(v) for n, v in sorted(groups.items())}
 
 
 def summarize_runs(aggregates: list[dict]) -> dict[str, dict[str, tuple[float | None, float | None]]]:

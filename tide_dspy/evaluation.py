@@ -165,16 +165,9 @@ def append_row(path: Path | None, row: dict) -> None:
         append_text(path, scrub_text(json.dumps(row, ensure_ascii=False)) + "\n")
 
 
-def program_hash(program, *, as_retries: bool = False) -> str:
-    """SHA-256 of a program's full state (instructions, demos, config), without any LM it carries.
-
-    `as_retries`: the hash of the same state with a round's calls written as `max_retries` (the calls after the
-    first), the form a config.json may carry (programs.with_max_retries)."""
+def program_hash(program) -> str:
+    """SHA-256 of a program's full state (instructions, demos, config), without any LM it carries."""
     state = program.dump_state() if hasattr(program, "dump_state") else {"repr": repr(program)}
-    if as_retries and isinstance(state.get("tide_config"), dict):
-        from tide_dspy.programs import with_max_retries
-
-        state["tide_config"] = with_max_retries(state["tide_config"])
     for value in state.values():
         if isinstance(value, dict) and "lm" in value:
             value["lm"] = None
@@ -410,8 +403,7 @@ def evaluate(
     if out_path is not None:
         run_conf = run_config(program, method, judge, run_lm, instances, config)
         if done or rejudge:
-            run_conf = continued_config(out_path.parent / "config.json", run_conf,
-                                        retries_hash=program_hash(program, as_retries=True))
+            run_conf = continued_config(out_path.parent / "config.json", run_conf)
             earlier_usage = read_json_or_none(out_path.parent / "lm_usage.json")
         write_json(out_path.parent / "config.json", run_conf)
 
@@ -510,12 +502,10 @@ def run_config(program, method: str, judge, lm, instances: list[Instance], extra
 RESUME_KEYS = ("method", "program", "program_hash", "judge")
 
 
-def continued_config(path: Path, now: dict, retries_hash: str | None = None) -> dict:
+def continued_config(path: Path, now: dict) -> dict:
     """The config of a resumed run: checked against the earlier one, with the instances of both.
 
-    Without a complete config.json nothing says which run made the rows, so they are not continued. An earlier
-    config whose program counts a round's calls as `max_retries` is read as max_attempts; its program_hash is
-    this run's when it equals `retries_hash` (evaluation.program_hash with as_retries)."""
+    Without a complete config.json nothing says which run made the rows, so they are not continued."""
     before = read_json_or_none(path)
     missing = [k for k in RESUME_KEYS if k not in before] if isinstance(before, dict) else []
     if not isinstance(before, dict) or missing:
@@ -523,11 +513,6 @@ def continued_config(path: Path, now: dict, retries_hash: str | None = None) -> 
                  else f"lacks {', '.join(missing)} (cut off, or written by an older tide-dspy)")
         raise ValueError(f"{path} {state}, so nothing says which program and settings made the rows beside it; "
                          "they cannot be resumed: start over (--fresh / resume=False) or write to another --out")
-    from tide_dspy.programs import RETRIES_KEY, with_max_attempts
-
-    if isinstance(before["program"], dict) and RETRIES_KEY in before["program"]:
-        hash_now = now.get("program_hash") if before["program_hash"] == retries_hash else before["program_hash"]
-        before = {**before, "program": with_max_attempts(before["program"]), "program_hash": hash_now}
     changed = [k for k in RESUME_KEYS if before.get(k) != now.get(k)]
     model_before, model_now = ((c.get("lm") or {}).get("model") for c in (before, now))
     if model_before != model_now:

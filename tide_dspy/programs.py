@@ -26,7 +26,7 @@ MODEL_URI_SCHEMES = ("models:/", "runs:/")
 
 # Saved config values are bounded: a program file may come from anywhere, and it sets how many LM calls a run makes.
 CONFIG_BOUNDS: dict[str, tuple[float, float]] = {
-    "max_rounds": (1, 100), "per_round": (1, 100), "max_attempts": (1, 11), "max_retries": (0, 10),
+    "max_rounds": (1, 100), "per_round": (1, 100), "max_attempts": (1, 11),
     "dedup_threshold": (0, 100),
     "temperature": (0, 2), "max_evidence": (1, 50), "n_findings": (1, 1000), "evidence_size": (1, 50),
     "focus_size": (1, 200),
@@ -36,9 +36,6 @@ SEED_KEYS = ("context_order_seed", "seed")
 CONFIG_KEYS = frozenset({"kind", "setting", "guidance", "templates", "demos", "scan", "scan_templates", *CONFIG_BOUNDS,
                          *SEED_KEYS})
 STATE_KEYS = frozenset({"metadata", "tide_config", "tide_extra"})
-# A saved config may count a round's calls as `max_retries`, the calls after the first; it is read as
-# max_attempts = max_retries + 1 (see with_max_attempts).
-RETRIES_KEY = "max_retries"
 
 
 def _as_templates(templates) -> list[Template]:
@@ -126,8 +123,7 @@ def fetch_program_file(uri: str) -> Path:
 
 
 def check_config(config, path: Path) -> dict:
-    """A saved tide_config that names only known keys, has kind and setting, and keeps its numbers in bounds,
-    returned with a round's calls as `max_attempts` (with_max_attempts)."""
+    """A saved tide_config that names only known keys, has kind and setting, and keeps its numbers in bounds."""
     fix = "save the program again (tide compile, or tide_dspy.save_program)"
     if not isinstance(config, dict):
         raise ValueError(f"{path}: 'tide_config' must be an object, not {type(config).__name__}; {fix}")
@@ -150,29 +146,6 @@ def check_config(config, path: Path) -> dict:
     for key in ("templates", "demos"):
         if not isinstance(config.get(key, []), list):
             raise ValueError(f"{path}: tide_config.{key} must be a list; {fix}")
-    if RETRIES_KEY in config and "max_attempts" in config:
-        raise ValueError(f"{path}: tide_config has both max_attempts and {RETRIES_KEY}; keep max_attempts; {fix}")
-    return with_max_attempts(config)
-
-
-def with_max_attempts(config: dict) -> dict:
-    """`config` with a round's calls as `max_attempts`, the first call included: a `max_retries` it carries (the
-    calls after the first) becomes max_attempts = max_retries + 1. Other keys are kept as they are."""
-    if RETRIES_KEY not in config:
-        return config
-    config = dict(config)
-    retries = config.pop(RETRIES_KEY)
-    number = isinstance(retries, (int, float)) and not isinstance(retries, bool)
-    config["max_attempts"] = retries + 1 if number else retries
-    return config
-
-
-def with_max_retries(config: dict) -> dict:
-    """`config` written as with_max_attempts reads it: max_attempts as max_retries = max_attempts - 1."""
-    if "max_attempts" not in config:
-        return config
-    config = dict(config)
-    config[RETRIES_KEY] = config.pop("max_attempts") - 1
     return config
 
 
@@ -215,30 +188,4 @@ def load_program(path_or_uri: str | Path) -> DiscoveryProgram:
     for _, predictor in program.named_predictors():
         predictor.lm = None
     program.tide_extra = state.get("tide_extra", {})
-    program.source_path = str(path)
     return program
-
-
-def replace_templates(program_path: str | Path, library_path: str | Path | None) -> Path:
-    """Give a saved TIDE program another template library (None: no templates), keeping its compiled
-    instructions and config.
-
-    tide_extra records the library it now holds and that its validation scores were measured with the earlier
-    one. Used when a library is re-distilled after the program was compiled."""
-    from tide_dspy.templates import TemplateLibrary
-
-    program = load_program(program_path)
-    if getattr(program, "guidance", None) != "templates":
-        raise ValueError(f"{program_path}: not a TIDE program with templates (guidance={program.guidance!r})")
-    library = TemplateLibrary.load(library_path) if library_path is not None else TemplateLibrary()
-    if library.setting and library.setting != program.setting.name:
-        raise ValueError(f"{library_path}: a {library.setting} library, but {program_path} is a "
-                         f"{program.setting.name} program")
-    previous = [t.id for t in program.templates]
-    program.templates = list(library.templates)
-    extra = {**program.tide_extra, "templates_path": str(library_path) if library_path is not None else None,
-             "templates_replaced": {"previous_ids": previous, "note": "validation scores were measured with the "
-                                                                     "previous library"}}
-    extra.pop("method", None)
-    extra.pop("dspy_version", None)
-    return save_program(program, program_path, extra=extra)

@@ -109,10 +109,6 @@ class TrialLog:
         trim_partial_line(self.path)
         lines = [line for line in self.path.read_text().splitlines() if line.strip()]
         earlier = (json.loads(lines[0]).get("header") if lines else None) or {}
-        if isinstance(earlier.get("program"), dict):
-            from tide_dspy.programs import with_max_attempts
-
-            earlier = {**earlier, "program": with_max_attempts(earlier["program"])}
         if earlier != self.header:
             changed = sorted(k for k in {*earlier, *self.header} if earlier.get(k) != self.header.get(k))
             raise ValueError(f"{self.path}: these trials were scored under another compile setup (differs in "

@@ -483,10 +483,19 @@ class EvaluationRun(BaseModel):
 def evaluation_program(selection: Selection, *, backbone: str, program: str | None, method: str | None,
                        shape: ProgramShape, templates: str | Path | None, programs: str | Path):
     """(the program to evaluate, the selection with its setting, the method's name): a saved `program` (path or
-    models:/ URI) with `shape`'s overrides, or a fresh `method`."""
+    models:/ URI) with `shape`'s overrides (and `templates` in place of its library, its compiled instruction kept),
+    or a fresh `method`."""
     if program:
         built = load_program(program)
         shape.apply(built)
+        if templates:
+            from tide_dspy.templates import TemplateLibrary
+
+            library = TemplateLibrary.load(templates)
+            if library.setting and library.setting != built.setting.name:
+                raise ValueError(f"{templates}: a {library.setting} library, but {program} is a "
+                                 f"{built.setting.name} program")
+            built.templates = list(library.templates)
         setting, method = built.setting, method_of(built)
         if selection.setting and selection.setting is not setting:
             raise ValueError(f"--setting {selection.setting.name} but the program {program} is for {setting.name}")

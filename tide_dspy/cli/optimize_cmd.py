@@ -38,8 +38,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     d.add_argument("--max-attempts", type=positive_int, default=3,
                    help="dspy.Refine attempts per case (its N, the first included) until the abstraction check "
                         "passes; a template that still fails is dropped and counted (default: 3)")
-    # The spelling of --max-attempts in the commands that shipped programs' provenance records.
-    d.add_argument("--attempts", type=positive_int, dest="max_attempts", help=argparse.SUPPRESS)
     d.add_argument("--merge-threshold", type=percentage, default=80.0,
                    help="rapidfuzz token-set similarity (0-100) of name and of pattern at which templates merge")
     d.add_argument("--max-templates", type=positive_int, default=32,

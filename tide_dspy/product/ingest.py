@@ -26,7 +26,6 @@ EMAIL_SUFFIXES = (".eml",)
 MBOX_SUFFIXES = (".mbox",)
 CALENDAR_SUFFIXES = (".ics",)
 DOCUMENT_MIME = {".md": "text/markdown", ".markdown": "text/markdown", ".txt": "text/plain", ".csv": "text/csv"}
-SUPPORTED_SUFFIXES = EMAIL_SUFFIXES + MBOX_SUFFIXES + CALENDAR_SUFFIXES + tuple(DOCUMENT_MIME)
 
 
 class IngestError(ValueError):
