@@ -54,7 +54,7 @@ def child(args) -> None:
     """One run in this fresh process: the first round of `iter` on the instance; prints a JSON line."""
     import dspy
 
-    from tide_dspy.backbones import get_lm, prompt_cache
+    from tide_dspy.backbones import get_lm, llamacpp_cache
     from tide_dspy.domains import REPOSITORY
     from tide_dspy.programs import build_program
 
@@ -66,7 +66,7 @@ def child(args) -> None:
     with dspy.context(lm=lm, adapter=dspy.JSONAdapter()):
         program(instance)
     call = lm.engine.calls[0]
-    cache = prompt_cache.for_model(lm.engine.spec.dspy_model, lm.engine.n_ctx)
+    cache = llamacpp_cache.for_model(lm.engine.spec.dspy_model, lm.engine.n_ctx)
     print(json.dumps({
         "instance": instance.instance_id, "prompt_tokens": call.prompt_tokens,
         "restored_tokens": cache.restored if cache else 0,

@@ -121,23 +121,23 @@ def tide_commands(snippet: str) -> list[tuple[int, list[str]]]:
 # ---- the environment the code reads ----
 
 def env_reads(package: Path) -> set[str]:
-    """Environment variables read by the package: names passed to os.environ.get / os.getenv / os.environ[...],
-    string constants named TIDE_*, and the key variables of the registered backbones."""
-    names = set()
+    """Environment variables read by the package: the TIDE_* variables of its settings (tide_dspy.util.settings),
+    names passed to os.environ.get / os.getenv / os.environ[...], and the key variables of the registered
+    backbones."""
+    sys.path.insert(0, str(package.parent))
+    from tide_dspy.util.settings import variables
+
+    names = set(variables())
     for path in package.rglob("*.py"):
         tree = ast.parse(path.read_text(encoding="utf-8"))
         for node in ast.walk(tree):
-            if isinstance(node, ast.Constant) and isinstance(node.value, str) and re.fullmatch(r"TIDE_[A-Z0-9_]+",
-                                                                                               node.value):
-                names.add(node.value)
-            elif isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant):
+            if isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant):
                 func = ast.unparse(node.func)
                 if func in ("os.environ.get", "os.getenv", "environ.get") and isinstance(node.args[0].value, str):
                     names.add(node.args[0].value)
             elif isinstance(node, ast.Subscript) and ast.unparse(node.value) == "os.environ" and isinstance(
                     node.slice, ast.Constant) and isinstance(node.ctx, ast.Load):
                 names.add(node.slice.value)
-    sys.path.insert(0, str(package.parent))
     from tide_dspy.backbones import BACKBONES
 
     names |= {b.key_env for b in BACKBONES.values() if b.key_env}

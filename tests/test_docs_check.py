@@ -95,11 +95,27 @@ def configuration_defaults() -> dict[str, str]:
 
 
 def test_the_configuration_table_gives_the_code_s_defaults():
-    from tide_dspy.backbones import llamacpp, prompt_cache
+    from tide_dspy.backbones import llamacpp, llamacpp_cache
     from tide_dspy.backbones.calls import DEFAULT_RETRIES
 
     defaults = configuration_defaults()
     assert defaults["TIDE_N_CTX"] == str(llamacpp.DEFAULT_N_CTX)
     assert defaults["TIDE_NUM_RETRIES"] == str(DEFAULT_RETRIES)
-    assert defaults["TIDE_PROMPT_CACHE_MAX_MB"] == str(prompt_cache.DEFAULT_MAX_MB)
+    assert defaults["TIDE_PROMPT_CACHE_MAX_MB"] == str(llamacpp_cache.DEFAULT_MAX_MB)
     assert defaults["TIDE_MAX_TOKENS"].startswith(f"{llamacpp.DEFAULT_MAX_TOKENS} embedded")
+
+
+def test_the_tide_variables_are_read_through_the_settings_only():
+    """Every TIDE_* variable is a field of tide_dspy.util.settings.Settings, which the docs check reads, so the
+    configuration table lists what the code reads; nothing reads one from os.environ by hand."""
+    import ast
+
+    from tide_dspy.util.settings import variables
+
+    package = check_docs.ROOT / "tide_dspy"
+    by_hand = sorted(f"{path.relative_to(package)}: {ast.unparse(node)}" for path in package.rglob("*.py")
+                     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+                     if isinstance(node, (ast.Call, ast.Subscript)) and "environ" in ast.unparse(node)
+                     and "'TIDE_" in ast.unparse(node))
+    assert by_hand == []
+    assert {"TIDE_DATA", "TIDE_API_KEY", "TIDE_N_CTX"} <= set(variables()) <= set(configuration_defaults())

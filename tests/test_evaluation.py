@@ -14,7 +14,7 @@ from routed_lm import RoutedLM, fixture_instances
 
 from tide_dspy import metrics
 from tide_dspy.data.selection import data_path, select_instances
-from tide_dspy.evaluation import EvaluationResult, evaluate, format_table, read_rows
+from tide_dspy.evaluation import EvaluationSummary, evaluate, format_table, read_rows
 from tide_dspy.programs import build_program
 
 
@@ -48,7 +48,7 @@ def train():
 
 @dataclass
 class Evaluated:
-    result: EvaluationResult
+    result: EvaluationSummary
     folder: Path  # results.jsonl, config.json, lm_usage.json
     rows: list[dict]
 

@@ -29,7 +29,7 @@ from tide_dspy.product.patches import PatchChecker
 from tide_dspy.product.run import select_files
 from tide_dspy.product.verify import FLAGGED, tree_files
 from tide_dspy.sandbox import (
-    Limits,
+    ResourceLimits,
     Sandbox,
     SandboxOptions,
     VerifyError,
@@ -240,7 +240,7 @@ def test_the_h1_attack_fails_inside_the_sandbox_and_is_not_verified(repo, home, 
         result = discover_repository(
             repo, lm=DummyLM([{"findings": json.dumps([finding])}, {"findings": "[]"}]), backbone="none-shipped",
             per_round=1, verify=PYTEST + " -s", verify_timeout=60, progress=lambda line: None,
-            verify_sandbox=SandboxOptions(limits=Limits(processes=limit)))
+            verify_sandbox=SandboxOptions(limits=ResourceLimits(processes=limit)))
         time.sleep(2)
         late = survivors(marker)
     finally:
@@ -324,7 +324,7 @@ def test_the_process_limit_stops_a_fork_bomb(tmp_path):
         "            signal.pause(); os._exit(0)\n        n += 1\nexcept OSError as exc:\n    print('stopped', exc)\n"
         "print('started', n, flush=True)"
     )
-    out = run_python(tree, code, limits=Limits(processes=20))
+    out = run_python(tree, code, limits=ResourceLimits(processes=20))
     started = int(out.split("started ")[1].split()[0])
     assert "stopped" in out and started < 20
 
@@ -348,7 +348,7 @@ def test_the_file_size_limit_holds(tmp_path):
     code = ("import os, signal; signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
             "try:\n    open('big', 'wb').write(b'x' * 3_000_000); print('wrote it all')\n"
             "except OSError as exc:\n    print('refused', exc)\nprint('size', os.path.getsize('big'))")
-    out = run_python(tree, code, limits=Limits(file_size=1 << 20))
+    out = run_python(tree, code, limits=ResourceLimits(file_size=1 << 20))
     assert "File too large" in out and int(out.split("size ")[1].split()[0]) <= 1 << 20
 
 
@@ -356,7 +356,7 @@ def test_the_file_size_limit_holds(tmp_path):
 def test_the_memory_limit_holds(tmp_path):
     tree = tmp_path / "tree"
     tree.mkdir()
-    out = run_python(tree, "b = bytearray(2 << 30); print('allocated')", limits=Limits(memory=512 << 20))
+    out = run_python(tree, "b = bytearray(2 << 30); print('allocated')", limits=ResourceLimits(memory=512 << 20))
     assert "MemoryError" in out and "allocated" not in out
 
 
@@ -387,12 +387,12 @@ def test_a_venv_inside_the_checkout_runs_pytest(repo, tmp_path):
 
 
 def test_verify_limit_values_are_parsed_and_bad_ones_named():
-    assert Limits.parse(["memory=8G", "processes=512", "cpu=unlimited"]) == Limits(processes=512, memory=8 << 30,
-                                                                                  cpu=None)
+    parsed = ResourceLimits.parse(["memory=8G", "processes=512", "cpu=unlimited"])
+    assert parsed == ResourceLimits(processes=512, memory=8 << 30, cpu=None)
     with pytest.raises(VerifyError, match="--verify-limit 'memory=lots': expected a positive whole number"):
-        Limits.parse(["memory=lots"])
+        ResourceLimits.parse(["memory=lots"])
     with pytest.raises(VerifyError, match="NAME one of processes, memory, file-size, cpu"):
-        Limits.parse(["threads=4"])
+        ResourceLimits.parse(["threads=4"])
 
 
 def test_extra_variables_pass_only_by_name(tmp_path, monkeypatch):
@@ -643,7 +643,7 @@ def test_what_the_tests_write_into_the_copy_is_capped_in_total(tmp_path):
     tree.mkdir()
     code = ("n = 0\ntry:\n    for i in range(20):\n        open(f'part{i}', 'wb').write(b'x' * (1 << 20)); n += 1\n"
             "except OSError as exc:\n    print('refused', exc)\nprint('wrote', n)")
-    out = run_python(tree, code, limits=Limits(disk=6 << 20, file_size=4 << 20))
+    out = run_python(tree, code, limits=ResourceLimits(disk=6 << 20, file_size=4 << 20))
     assert "No space left on device" in out and int(out.split("wrote ")[1].split()[0]) <= 6
     assert list(tree.iterdir()) == []  # none of it reached the disk
 
@@ -655,7 +655,7 @@ def test_dev_shm_is_private_and_capped(tmp_path):
     name = f"tide-shm-{os.getpid()}-{time.monotonic_ns()}"
     code = (f"import os\nn = 0\ntry:\n    for i in range(8):\n        open(f'/dev/shm/{name}-{{i}}', 'wb')"
             ".write(b'x' * (1 << 20)); n += 1\nexcept OSError as exc:\n    print('refused', exc)\nprint('wrote', n)")
-    out = run_python(tree, code, limits=Limits(file_size=3 << 20))
+    out = run_python(tree, code, limits=ResourceLimits(file_size=3 << 20))
     assert "No space left on device" in out and int(out.split("wrote ")[1].split()[0]) <= 3
     assert not [p for p in os.listdir("/dev/shm") if p.startswith(name)]
 
@@ -672,7 +672,7 @@ def test_a_tree_over_the_quota_is_refused_before_anything_is_copied(tmp_path, mo
     from tide_dspy.product.verify import Verifier
 
     with pytest.raises(VerifyError, match=r"sparse.bin \(64.0 MiB, sparse\).*--verify-limit disk=SIZE"):
-        Verifier(tree, PYTEST, sandbox=SandboxOptions(limits=Limits(disk=16 << 20)))
+        Verifier(tree, PYTEST, sandbox=SandboxOptions(limits=ResourceLimits(disk=16 << 20)))
     assert list(scratch.iterdir()) == []
 
 

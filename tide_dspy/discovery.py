@@ -1,4 +1,4 @@
-"""TIDE and its baselines. All share one interface: `forward(instance) -> Prediction(findings, rounds)`.
+"""TIDE and its baselines. All share one interface: `forward(case) -> Prediction(findings, rounds)`.
 
 The cumulative state is threaded explicitly: round t gets `state` (rounds < t) as an input and the loop
 builds the next state with `state.extend(...)`. Nothing is kept on `self` between calls.
@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 
 GUIDANCE_KINDS = ("templates", "none", "demos")
 # A round's retry samples at 0.7, below the 1.0 of the other repeated calls (retry.RETRY_TEMPERATURE, DSPy's BestOfN).
-RETRY_TEMPERATURE = 0.7
+ROUND_RETRY_TEMPERATURE = 0.7
 ERROR_CHARS = 300  # of an error message kept in a round record
 DROPPED_IDS_KEPT = 20  # per round record
 
@@ -245,7 +245,7 @@ class DiscoveryProgram(dspy.Module):
         try:
             # Each retry is a fresh sample (tide_dspy.retry): it must not replay the output that failed to parse.
             tried = call_with_retries(attempt, self.max_attempts, lm=lm, rollout=rollout, temperature=temperature,
-                                      retry_temperature=RETRY_TEMPERATURE, retry_on=AdapterParseError,
+                                      retry_temperature=ROUND_RETRY_TEMPERATURE, retry_on=AdapterParseError,
                                       error_chars=ERROR_CHARS, on_failure=unparseable)
             out.drafts, out.error = (tried.value, None) if tried.ok else ([], tried.errors[-1])
         except Exception as exc:  # noqa: BLE001 - recorded in the round; the caller decides to stop

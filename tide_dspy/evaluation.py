@@ -41,7 +41,7 @@ from tide_dspy.util.jsonio import read_json_or_none, write_json
 
 log = logging.getLogger(__name__)
 
-class EvaluationResult(BaseModel):
+class EvaluationSummary(BaseModel):
     """What `evaluate` returns: the macro-averaged scores (metrics.aggregate) and the run's counts.
 
     A component that no judge scored is None. `execution` is set when tests ran (an ExecutionJudge); `out_path`
@@ -368,7 +368,7 @@ def evaluate(
     budget: Budget = Budget(),
     overrides: Overrides = Overrides(),
     spend: Spend | None = None,
-) -> EvaluationResult:
+) -> EvaluationSummary:
     """Score `program` on `instances`, `workers` at a time; returns the aggregate scores plus counts (n_run,
     n_resumed, n_failed, n_incomplete, n_skipped).
 
@@ -451,7 +451,7 @@ def evaluate(
     recalls = [r["scan"]["recall_at_focus"] for r in rows.values()
                if (r.get("scan") or {}).get("recall_at_focus") is not None]
     not_run = set(guard.not_run)
-    result = EvaluationResult(
+    result = EvaluationSummary(
         **metrics.aggregate(scores),
         method=method,
         n_run=sum(1 for i in todo if i.instance_id not in not_run and i.instance_id not in rejudge
@@ -546,7 +546,7 @@ def add_usage(before: dict | None, now: dict) -> dict:
     return total
 
 
-def format_table(result: EvaluationResult) -> str:
+def format_table(result: EvaluationSummary) -> str:
     """The coverage / F1 table of one evaluation, in percent (Markdown)."""
     lines = ["| component | coverage | precision | F1 |", "|---|---|---|---|"]
     for c in metrics.COMPONENTS:
@@ -558,7 +558,7 @@ def format_table(result: EvaluationResult) -> str:
     return "\n".join(lines)
 
 
-def run_notes(result: EvaluationResult) -> list[str]:
+def run_notes(result: EvaluationSummary) -> list[str]:
     """The lines that say what the scores leave out: incomplete rows, skipped instances, a budget stop."""
     notes = []
     if result.n_incomplete or result.n_rejudged:

@@ -97,7 +97,7 @@ def make_metric(spec, judge=None, feedback: bool = False):
 
 
 def aggregate_value(result, spec: str) -> float:
-    """The metric `spec` read off an EvaluationResult (macro-averaged over instances)."""
+    """The metric `spec` read off an EvaluationSummary (macro-averaged over instances)."""
     if spec == SCAN_RECALL:
         if result.scan_recall is None:
             raise ValueError("metric 'scan-recall' needs a scanning program (scan=True) and gold evidence")
@@ -114,7 +114,9 @@ def aggregate_value(result, spec: str) -> float:
 def optimizer_dirs() -> list[Path]:
     """The shipped optimizers/ first, then $TIDE_OPTIMIZERS; never the working directory (see tide_dspy.shipped)."""
     shipped = [OPTIMIZERS_DIR] if OPTIMIZERS_DIR else []
-    extra = [Path(os.environ[OPTIMIZERS_ENV])] if os.environ.get(OPTIMIZERS_ENV) else []
+    from tide_dspy.util.settings import settings
+
+    extra = [settings().optimizers] if settings().optimizers else []
     return list(dict.fromkeys([*shipped, *extra]))
 
 

@@ -17,7 +17,7 @@ that code, and the test files themselves. `run_tests` starts it under bubblewrap
   prepared copy when the run starts, so that nothing the tests write reaches the disk; a private, size-capped
   `/tmp`, `$HOME` and `/dev/shm`;
 - an environment built from an allow-list (`sandbox_environment`), never the parent's;
-- rlimits on processes, address space, file size and CPU time (`Limits`), set inside the sandbox, and no
+- rlimits on processes, address space, file size and CPU time (`ResourceLimits`), set inside the sandbox, and no
   capabilities. When tide-dspy runs as root the command runs as the user nobody, since root ignores the
   process limit.
 
@@ -86,7 +86,7 @@ _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 
 
 @dataclass(frozen=True)
-class Limits:
+class ResourceLimits:
     """rlimits of every process in the sandbox, and the sizes of its in-memory filesystems; None is unlimited.
     Memory is address space, per process."""
 
@@ -100,7 +100,7 @@ class Limits:
     SIZED = ("memory", "file-size", "disk")
 
     @classmethod
-    def parse(cls, items: list[str] | tuple[str, ...] = ()) -> Limits:
+    def parse(cls, items: list[str] | tuple[str, ...] = ()) -> ResourceLimits:
         """From `--verify-limit NAME=VALUE` items: processes=512, memory=8G, file-size=2G, cpu=1200, disk=4G, or
         NAME=unlimited."""
         values = {}
@@ -248,12 +248,8 @@ PROBE = ("import json, site, sys; print(json.dumps([sys.prefix, sys.base_prefix,
          "sys.base_exec_prefix, *site.getsitepackages()]))")
 
 
-def _inside(path: Path, folder: Path) -> bool:
-    return path == folder or folder in path.parents
-
-
 def _system(path: Path) -> bool:
-    return any(_inside(path, Path(d)) for d in SYSTEM_DIRS)
+    return any(path.is_relative_to(Path(d)) for d in SYSTEM_DIRS)
 
 
 def home_folder() -> Path:
@@ -332,9 +328,9 @@ def _venv_of(exe: Path, root: Path) -> str | None:
     that is a link out of the tree is none."""
     here = Path(os.path.normpath(exe.absolute()))
     for folder in (here.parent, here.parent.parent):
-        if _inside(folder, root) and folder != root and (folder / "pyvenv.cfg").is_file():
+        if folder.is_relative_to(root) and folder != root and (folder / "pyvenv.cfg").is_file():
             real = folder.resolve()
-            return folder.relative_to(root).as_posix() if _inside(real, root.resolve()) else None
+            return folder.relative_to(root).as_posix() if real.is_relative_to(root.resolve()) else None
     return None
 
 
@@ -348,7 +344,7 @@ def tree_venvs(argv: list[str], root: Path, env: dict[str, str]) -> list[str]:
         exe = find_executable(name, root, path)
         if exe is not None:
             exes.append(exe)
-            if _inside(Path(os.path.normpath(exe.absolute())), root):
+            if Path(os.path.normpath(exe.absolute())).is_relative_to(root):
                 exes += [p for p in [_shebang(exe, root, path)] if p is not None]
     return list(dict.fromkeys(v for exe in exes for v in [_venv_of(exe, root)] if v))
 
@@ -365,15 +361,15 @@ def readable_paths(argv: list[str], root: Path, env: dict[str, str], extra: tupl
     trusted = [*own, *(Path(p) for p in extra)]
     # What tide-dspy's own site-packages add through .pth files: the user's environment, never the tree's (a
     # site-packages inside the tree is the tree's venv, not read), and like any other path never the home folder.
-    wanted: list[Path] = [f for site in own if site.name == "site-packages" and not _inside(site, root)
+    wanted: list[Path] = [f for site in own if site.name == "site-packages" and not site.is_relative_to(root)
                           for f in _pth_folders(site)]
     for name in (argv[0], "python3", "python"):
         exe = find_executable(name, root, path)
-        if exe is None or _inside(Path(os.path.normpath(exe.absolute())), root):
+        if exe is None or Path(os.path.normpath(exe.absolute())).is_relative_to(root):
             continue  # the tree's own: the copy (and its venvs) has it
         for candidate in [exe, *[p for p in [_shebang(exe, root, path)] if p is not None]]:
             if PYTHON_NAME.fullmatch(candidate.name) or PYTHON_NAME.fullmatch(candidate.resolve().name):
-                if not _inside(candidate.resolve(), home_folder()):
+                if not candidate.resolve().is_relative_to(home_folder()):
                     wanted += [Path(p) for p in _probe(str(candidate.resolve())) if p]
             else:
                 wanted += [candidate.absolute(), candidate.resolve()]
@@ -394,9 +390,9 @@ def visible(wanted: list[Path], trusted: list[Path], root: Path) -> list[Path]:
         except OSError:  # a folder this user may not enter (Path.exists raises PermissionError there)
             continue
         shows = (p, real)
-        hidden = (any(_inside(root, q) or _inside(q, root) or _inside(home, q) for q in shows)
-                  or (p not in trusted_set and any(_inside(q, home) for q in shows))
-                  or _system(p) or not exists or any(_inside(p, k) for k in keep))
+        hidden = (any(root.is_relative_to(q) or q.is_relative_to(root) or home.is_relative_to(q) for q in shows)
+                  or (p not in trusted_set and any(q.is_relative_to(home) for q in shows))
+                  or _system(p) or not exists or any(p.is_relative_to(k) for k in keep))
         if not hidden:
             keep.append(p)
     return keep
@@ -409,8 +405,8 @@ def check_readable(folders: tuple[str, ...], root: Path) -> None:
         p = Path(f).resolve()
         if not p.exists():
             raise VerifyError(f"--verify-read {f}: no such file or folder")
-        if _inside(root, p) or _inside(home, p):
-            what = "the checkout (and its .git)" if _inside(root, p) else "your home folder (and your keys)"
+        if root.is_relative_to(p) or home.is_relative_to(p):
+            what = "the checkout (and its .git)" if root.is_relative_to(p) else "your home folder (and your keys)"
             raise VerifyError(f"--verify-read {f}: this would show {what} to the tests; name a folder inside it")
 
 
@@ -465,7 +461,7 @@ class SandboxOptions:
     variables to pass; `read_only` more folders the tests may read."""
 
     unsandboxed: bool = False
-    limits: Limits = field(default_factory=Limits)
+    limits: ResourceLimits = field(default_factory=ResourceLimits)
     env: tuple[str, ...] = ()
     read_only: tuple[str, ...] = ()
 
@@ -559,7 +555,7 @@ class Sandbox:
 
     def __init__(self, root: str | Path, argv: list[str], options: SandboxOptions = SandboxOptions()):
         self.root, self.argv, self.options = Path(root).resolve(), list(argv), options
-        if _inside(Path(SOURCE), self.root):
+        if Path(SOURCE).is_relative_to(self.root):
             raise VerifyError(f"--verify: a tree at {self.root} cannot be verified (its path is the sandbox's own)")
         self.as_root = os.geteuid() == 0
         check_readable(options.read_only, self.root)  # the user's options first, then this machine
@@ -590,10 +586,11 @@ class Sandbox:
         """A command outside the tree that the sandbox does not show (it lies in the home folder) is a clear error
         here, not a 'not found' in the baseline."""
         exe = find_executable(self.argv[0], self.root, self.env.get("PATH", os.defpath))
-        if exe is None or _inside(Path(os.path.normpath(exe.absolute())), self.root):
+        if exe is None or Path(os.path.normpath(exe.absolute())).is_relative_to(self.root):
             return
         shown = [Path(d) for d in SYSTEM_DIRS] + self.readable
-        if not any(_inside(q, p) or _inside(q, p.resolve()) for q in (exe.absolute(), exe.resolve()) for p in shown):
+        if not any(q.is_relative_to(p) or q.is_relative_to(p.resolve())
+                   for q in (exe.absolute(), exe.resolve()) for p in shown):
             raise VerifyError(f"--verify: the command {self.argv[0]!r} is {exe.resolve()}, which the sandbox does not "
                               "show (only the operating system, the Python environment tide-dspy runs in and the "
                               "tree are visible, never your home folder); pass --verify-read with its folder, e.g. "
@@ -618,7 +615,7 @@ class Sandbox:
     def require_executable(self, argv: list[str], tree: Path) -> None:
         """argv[0] must exist in the copy, on PATH, or (a path into a venv of the tree) in the tree's venv."""
         exe = Path(os.path.normpath(self.root / argv[0]))
-        in_venv = "/" in argv[0] and any(_inside(exe, self.root / v) for v in self.venvs)
+        in_venv = "/" in argv[0] and any(exe.is_relative_to(self.root / v) for v in self.venvs)
         require_executable(argv, tree, self.env, *([self.root] if in_venv else []))
 
     def prepare(self, tree: Path) -> None:
@@ -672,7 +669,7 @@ class Sandbox:
 
         args += [*parents(Path("/tmp")), "--perms", "1777", *size, "--tmpfs", "/tmp"]
         home, mode = Path(self.home), "1777" if self.as_root else "0700"
-        if _inside(home, Path("/tmp")):  # already private: a folder in the /tmp tmpfs
+        if home.is_relative_to(Path("/tmp")):  # already private: a folder in the /tmp tmpfs
             args += [*parents(home), "--perms", mode, "--dir", str(home)]
         else:
             args += [*parents(home), "--perms", mode, *size, "--tmpfs", str(home)]

@@ -140,7 +140,7 @@ def log_params(params: dict) -> None:
 
 
 def score_metrics(result, prefix: str = "") -> dict[str, float]:
-    """Flatten an EvaluationResult into MLflow metric names like `before_f1_retrieval` (unjudged components left
+    """Flatten an EvaluationSummary into MLflow metric names like `before_f1_retrieval` (unjudged components left
     out)."""
     out = {}
     for part in ("coverage", "precision", "f1"):
@@ -169,7 +169,7 @@ class Record:
 
     metrics: dict[str, float | None] = field(default_factory=dict)
     params: dict[str, Any] = field(default_factory=dict)
-    scores: dict[str, Any] = field(default_factory=dict)  # prefix -> EvaluationResult
+    scores: dict[str, Any] = field(default_factory=dict)  # prefix -> EvaluationSummary
     usage: dict | None = None
     dicts: dict[str, dict] = field(default_factory=dict)
     files: dict[Path, str | None] = field(default_factory=dict)

@@ -24,7 +24,7 @@ from tide_dspy.cost.prices import Overrides, Target
 from tide_dspy.data.selection import Selection, data_path
 from tide_dspy.discovery import ChanceBaseline
 from tide_dspy.domains import Setting
-from tide_dspy.evaluation import EvaluationResult, evaluate, read_rows
+from tide_dspy.evaluation import EvaluationSummary, evaluate, read_rows
 from tide_dspy.methods import get_method, method_of
 from tide_dspy.programs import build_program, load_program, program_dir, save_program
 from tide_dspy.sandbox import SandboxOptions
@@ -234,8 +234,8 @@ class CompileResult(BaseModel):
     optimizer: str
     metric: str
     n_val: int
-    before: EvaluationResult
-    after: EvaluationResult | None  # None when the budget stopped the search (nothing more is spent)
+    before: EvaluationSummary
+    after: EvaluationSummary | None  # None when the budget stopped the search (nothing more is spent)
     metric_before: float
     metric_after: float | None
     seconds: dict[str, float]  # before, compile, after
@@ -474,7 +474,7 @@ class RepoVerification(BaseModel):
 class EvaluationRun(BaseModel):
     """An evaluation of a program on a split: its result, where the rows are, and how long it took."""
 
-    result: EvaluationResult
+    result: EvaluationSummary
     results_path: Path
     seconds: float
     executed: bool  # tests ran (--verify-repo)

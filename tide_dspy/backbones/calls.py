@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import random
 import socket
 import threading
@@ -28,16 +27,16 @@ import tenacity
 from dspy.clients.base_lm import LM_CLASS_STATE_KEY
 from dspy.utils.exceptions import is_retryable_lm_error
 
-from tide_dspy.backbones.prompt_caching import mark_static_prefix
+from tide_dspy.backbones.cache_marks import mark_static_prefix
 from tide_dspy.backbones.providers import ProviderRules
 from tide_dspy.util.hashing import short_sha256
+from tide_dspy.util.settings import settings
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_RETRIES = 8
 LONGEST_WAIT = 600.0  # seconds of a Retry-After still waited out; a longer one is a quota, not a rate limit
 SCHEMA_FORMATS = ("json_schema", "llama.cpp", "off")
-SERVED_KEY_ENV = "TIDE_API_KEY"
 
 
 def retry_after(exc: BaseException | None) -> float | None:
@@ -113,7 +112,8 @@ class Served:
 
     @staticmethod
     def key() -> str:
-        return os.environ.get(SERVED_KEY_ENV) or "no-key"
+        key = settings().api_key
+        return key.get_secret_value() if key else "no-key"
 
     def served_model(self) -> str:
         """What the server serves, as its identity knows it: the configured name, marked with what the server lists

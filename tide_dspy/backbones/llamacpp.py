@@ -28,7 +28,7 @@ from dspy.lm15 import (
     response_to_events,
 )
 
-from tide_dspy.backbones import prompt_cache
+from tide_dspy.backbones import llamacpp_cache
 from tide_dspy.backbones.grammar import GrammarFilter
 from tide_dspy.backbones.weights import INSTALL_HINT, LOCAL_MODELS, LocalModel, assemble
 
@@ -258,7 +258,7 @@ class LlamaCppEngine:
             kwargs.update(logprobs=True, top_logprobs=cfg.logprobs)
 
         shared = self._shared()
-        cache = None if self._injected else prompt_cache.for_model(self.spec.dspy_model, self.n_ctx)
+        cache = None if self._injected else llamacpp_cache.for_model(self.spec.dspy_model, self.n_ctx)
         grammar = None
         with shared.lock:
             llama = shared.llama
@@ -306,7 +306,7 @@ class LlamaCppEngine:
         usage = raw.get("usage") or {}
         prompt_tokens = int(usage.get("prompt_tokens") or 0)
         output_tokens = int(usage.get("completion_tokens") or 0)
-        reused = min(prompt_cache.common_prefix(before, after[:prompt_tokens]), prompt_tokens)
+        reused = min(llamacpp_cache.common_prefix(before, after[:prompt_tokens]), prompt_tokens)
         finish = "length" if choice.get("finish_reason") == "length" else "stop"
         self.calls.append(CallStats(
             prompt_tokens=prompt_tokens, output_tokens=output_tokens, reused_tokens=reused,

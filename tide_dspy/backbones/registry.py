@@ -1,13 +1,13 @@
 """Named backbones and how to build a `dspy.LM` for each.
 
-Settings come from arguments, else the environment (TIDE_TEMPERATURE, TIDE_MAX_TOKENS, TIDE_NUM_THREADS,
-TIDE_N_CTX, TIDE_NUM_RETRIES, TIDE_TIMEOUT; for an openai-compatible server TIDE_API_BASE, TIDE_SERVED_MODEL,
-TIDE_SERVER_SCHEMA, TIDE_SERVER_TIMEOUT; for the embedded engine TIDE_CONSTRAINED, TIDE_FAST_GRAMMAR), else the
-backbone's defaults and its provider's rules (backbones.providers). API keys are read only from the environment by
-the provider client (OPENAI_API_KEY, ANTHROPIC_API_KEY, ...; TIDE_API_KEY for an openai-compatible server) and never
-pass through tide-dspy's own arguments. TIDE_API_BASE applies to openai-compatible only: a hosted backbone sends to
-another address only when one is passed explicitly (--api-base), so a provider key never reaches a server left in the
-environment.
+Settings come from arguments, else the TIDE_* variables (util.settings: TIDE_TEMPERATURE, TIDE_MAX_TOKENS,
+TIDE_NUM_RETRIES, TIDE_TIMEOUT; for an openai-compatible server TIDE_API_BASE, TIDE_SERVED_MODEL, TIDE_SERVER_SCHEMA,
+TIDE_SERVER_TIMEOUT; for the embedded engine TIDE_N_CTX, TIDE_NUM_THREADS, TIDE_CONSTRAINED, TIDE_FAST_GRAMMAR,
+TIDE_REQUIRE_ITEMS), else the backbone's defaults and its provider's rules (backbones.providers). API keys are read
+only from the environment by the provider client (OPENAI_API_KEY, ANTHROPIC_API_KEY, ...; TIDE_API_KEY for an
+openai-compatible server) and never pass through tide-dspy's own arguments. TIDE_API_BASE applies to
+openai-compatible only: a hosted backbone sends to another address only when one is passed explicitly (--api-base),
+so a provider key never reaches a server left in the environment.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from tide_dspy.backbones.providers import (
 from tide_dspy.cost.prices import DEFAULT_OUTPUT_TOKENS, map_entry
 from tide_dspy.util.hashing import short_sha256
 from tide_dspy.util.secrets import scrub_secrets, scrub_text
+from tide_dspy.util.settings import settings
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 logger = logging.getLogger(__name__)
@@ -82,33 +83,9 @@ BASE_ENV = {"openai": ("OPENAI_API_BASE", "OPENAI_BASE_URL"), "anthropic": ("ANT
 
 
 
-def _env(name: str, cast):
-    raw = os.environ.get(name)
-    if raw is None or raw.strip() == "":
-        return None
-    try:
-        return cast(raw)
-    except ValueError:
-        raise ValueError(f"environment variable {name}={raw!r} is not a valid {cast.__name__}") from None
-
-
-def _flag(raw: str) -> bool:
-    value = raw.strip().lower()
-    if value in ("1", "true", "yes", "on"):
-        return True
-    if value in ("0", "false", "no", "off"):
-        return False
-    raise ValueError(raw)
-
-
-_flag.__name__ = "boolean (1/0, true/false)"
-
-
-def _pick(arg, env_name: str, cast, default):
-    if arg is not None:
-        return arg
-    value = _env(env_name, cast)
-    return default if value is None else value
+def _first(*values):
+    """The first value that is set: an argument, then its TIDE_* variable (util.settings), then a default."""
+    return next((v for v in values if v is not None), None)
 
 
 def default_threads() -> int:
@@ -169,17 +146,18 @@ def get_lm(name: str = DEFAULT_BACKBONE, *, api_base: str | None = None, tempera
     if not backbone.verified and backbone.note != "raw DSPy model string":
         logger.warning("%s: the model id %s is unverified (%s); `tide check %s` makes one cheap call to find out",
                        backbone.name, backbone.model, backbone.note, backbone.name)
+    env = settings()
     server_schema = kw.pop("server_schema", None)  # only openai-compatible servers take it
     if backbone.kind == "openai-compatible":
-        api_base = _pick(api_base, "TIDE_API_BASE", str, None)
-    elif backbone.kind == "hosted" and not api_base and os.environ.get("TIDE_API_BASE"):
+        api_base = _first(api_base, env.api_base)
+    elif backbone.kind == "hosted" and not api_base and env.api_base:
         logger.warning("TIDE_API_BASE is set but applies to openai-compatible servers only: %s sends to %s, with "
                        "%s", backbone.name, provider_address(backbone, None)[1], backbone.key_env or "its key")
     if api_base and urlsplit(api_base).password:
         raise ValueError("api_base must not carry credentials (user:password@host); "
                          f"put the server's key in {BACKBONES['openai-compatible'].key_env} instead")
     rules = backbone.rules
-    temperature = _pick(temperature, "TIDE_TEMPERATURE", float, backbone.defaults.get("temperature"))
+    temperature = _first(temperature, env.temperature, backbone.defaults.get("temperature"))
     if temperature is not None and not rules.accepts_temperature:
         logger.warning("%s takes only its default temperature: temperature %s is not sent (samples differ by "
                        "rollout id and seed)", backbone.name, temperature)
@@ -188,26 +166,26 @@ def get_lm(name: str = DEFAULT_BACKBONE, *, api_base: str | None = None, tempera
     # A hosted backbone asks for the one output default (within what the model writes), so the budget and window
     # checks know what each call may cost; the embedded and served engines keep their own.
     default = min(DEFAULT_OUTPUT_TOKENS, most or DEFAULT_OUTPUT_TOKENS) if backbone.kind == "hosted" else None
-    max_tokens = _pick(max_tokens, "TIDE_MAX_TOKENS", int, backbone.defaults.get("max_tokens", default))
+    max_tokens = _first(max_tokens, env.max_tokens, backbone.defaults.get("max_tokens", default))
     if max_tokens is not None and max_tokens < 1:
         raise ValueError(f"max_tokens must be at least 1, got {max_tokens} (from --max-tokens or TIDE_MAX_TOKENS)")
     if max_tokens is not None and isinstance(most, int) and max_tokens > most:
         raise ValueError(f"max_tokens {max_tokens} is more than {backbone.name} writes ({most}); "
                          "pass a smaller --max-tokens")
-    timeout = _positive(_pick(timeout, "TIDE_TIMEOUT", float, None), "timeout (--timeout / TIDE_TIMEOUT)")
-    num_retries = _pick(num_retries, "TIDE_NUM_RETRIES", int, DEFAULT_RETRIES)
+    timeout = _positive(_first(timeout, env.timeout), "timeout (--timeout / TIDE_TIMEOUT)")
+    num_retries = _first(num_retries, env.num_retries, DEFAULT_RETRIES)
 
     if backbone.kind == "local":
         engine = LlamaCppEngine(
             backbone.model,
-            n_ctx=_pick(kw.pop("n_ctx", None), "TIDE_N_CTX", int, DEFAULT_N_CTX),
-            n_threads=_pick(num_threads, "TIDE_NUM_THREADS", int, default_threads()),
+            n_ctx=_first(kw.pop("n_ctx", None), env.n_ctx, DEFAULT_N_CTX),
+            n_threads=_first(num_threads, env.num_threads, default_threads()),
             max_tokens=max_tokens or DEFAULT_MAX_TOKENS,
             temperature=0.0 if temperature is None else temperature,
             seed=kw.pop("seed", 0),
-            constrained=_pick(kw.pop("constrained", None), "TIDE_CONSTRAINED", _flag, True),
-            require_items=_pick(kw.pop("require_items", None), "TIDE_REQUIRE_ITEMS", _flag, False),
-            fast_grammar=_pick(kw.pop("fast_grammar", None), "TIDE_FAST_GRAMMAR", _flag, True),
+            constrained=_first(kw.pop("constrained", None), env.constrained),
+            require_items=_first(kw.pop("require_items", None), env.require_items),
+            fast_grammar=_first(kw.pop("fast_grammar", None), env.fast_grammar),
         )
         # The model name is part of DSPy's cache key: outputs decoded under another grammar must not be replayed.
         model = engine.spec.dspy_model + ("-require-items" if engine.require_items else "")
@@ -219,14 +197,14 @@ def get_lm(name: str = DEFAULT_BACKBONE, *, api_base: str | None = None, tempera
                              "or set TIDE_API_BASE (e.g. http://localhost:8000/v1)")
         if urlsplit(api_base).scheme not in ("http", "https"):
             raise ValueError(f"api_base {api_base!r}: expected an http(s) URL such as http://127.0.0.1:8000/v1")
-        served = Served(api_base, kw.pop("model", None) or os.environ.get("TIDE_SERVED_MODEL"),
-                        _pick(server_schema, "TIDE_SERVER_SCHEMA", str, "json_schema"))
+        served = Served(api_base, kw.pop("model", None) or env.served_model,
+                        _first(server_schema, env.server_schema, "json_schema"))
         # Through DSPy's LiteLLM client (it sends max_tokens, which llama.cpp's server reads, and the response
         # format as written); the model it names is the one the server lists, read before the first call.
         quiet_litellm()
         lm = ProviderLM(f"openai/{served.model or 'default'}", engine="litellm", rules=rules, served=served,
                         num_retries=num_retries, temperature=temperature, max_tokens=max_tokens or DEFAULT_MAX_TOKENS,
-                        api_base=api_base, timeout=timeout or _pick(None, "TIDE_SERVER_TIMEOUT", float, 600.0), **kw)
+                        api_base=api_base, timeout=timeout or env.server_timeout, **kw)
     else:
         lm = hosted_lm(backbone, api_base=api_base, temperature=temperature, max_tokens=max_tokens,
                        timeout=timeout, num_retries=num_retries, **kw)
@@ -239,7 +217,7 @@ def hosted_lm(backbone: Backbone, *, api_base: str | None, temperature: float | 
               timeout: float | None, num_retries: int, **kw) -> ProviderLM:
     """A hosted backbone's LM: its provider's rules, its address (said aloud when it is not the provider's own),
     and which of DSPy's clients carries it (native lm15 or LiteLLM)."""
-    from tide_dspy.backbones.prompt_caching import uses_native_client
+    from tide_dspy.backbones.cache_marks import uses_native_client
 
     address, source = provider_address(backbone, api_base)
     if address:
@@ -255,7 +233,7 @@ def hosted_lm(backbone: Backbone, *, api_base: str | None, temperature: float | 
     identity = f"{backbone.model}@{short_sha256(address or 'provider-endpoint', length=10)}"
     lm = ProviderLM(backbone.model, rules=backbone.rules, num_retries=num_retries, temperature=temperature,
                     max_tokens=max_tokens, cache_identity=identity, **options)
-    lm.tide_native_client = uses_native_client(lm)  # where prompt-cache marks go (backbones.prompt_caching)
+    lm.tide_native_client = uses_native_client(lm)  # where prompt-cache marks go (backbones.cache_marks)
     if not lm.tide_native_client:
         quiet_litellm()
     return lm

@@ -15,6 +15,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from tide_dspy.util.settings import settings
+
 log = logging.getLogger(__name__)
 
 INSTALL_HINT = "pip install 'tide-dspy[local]'  (or scripts/install.sh)"
@@ -62,7 +64,7 @@ LOCAL_MODELS: dict[str, LocalModel] = {
 
 
 def cache_dir() -> Path:
-    return Path(os.environ.get("TIDE_CACHE_DIR") or Path.home() / ".cache" / "tide-dspy" / "models")
+    return settings().cache_dir or Path.home() / ".cache" / "tide-dspy" / "models"
 
 
 def chunk_files(model: LocalModel) -> list[Path]:

@@ -87,14 +87,14 @@ def add_sandbox_options(p: argparse.ArgumentParser, needs: str) -> None:
 def sandbox_options(args: argparse.Namespace, given: bool, needs: str):
     """The SandboxOptions of the options above; an error when one is set without `needs`. Unsandboxed runs print
     what they risk."""
-    from tide_dspy.sandbox import UNSANDBOXED_RISK, Limits, SandboxOptions
+    from tide_dspy.sandbox import UNSANDBOXED_RISK, ResourceLimits, SandboxOptions
 
     used = args.verify_unsandboxed or args.verify_limit or args.verify_env or args.verify_read
     if used and not given:
         raise ValueError(f"--verify-unsandboxed, --verify-limit, --verify-env and --verify-read need {needs}")
     if args.verify_unsandboxed and given:
         print(f"tide: warning: {UNSANDBOXED_RISK}", file=sys.stderr)
-    return SandboxOptions(unsandboxed=args.verify_unsandboxed, limits=Limits.parse(args.verify_limit),
+    return SandboxOptions(unsandboxed=args.verify_unsandboxed, limits=ResourceLimits.parse(args.verify_limit),
                           env=tuple(args.verify_env), read_only=tuple(args.verify_read))
 
 

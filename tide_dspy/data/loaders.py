@@ -195,5 +195,5 @@ def quiet_progress() -> Iterator[None]:
 
 
 def to_examples(instances: list[Instance]) -> list[dspy.Example]:
-    """One dspy.Example per instance, with the Instance as its single input field `instance`."""
+    """One dspy.Example per instance, with the Instance as its single input field `case`."""
     return [dspy.Example(case=instance).with_inputs("case") for instance in instances]

@@ -31,15 +31,11 @@ class FileListing:
     skipped: list[dict[str, str]] = field(default_factory=list)  # {path, reason}
 
 
-def _inside(path: Path, root: Path) -> bool:
-    return path == root or path.is_relative_to(root)
-
-
 def unsafe_reason(root: Path, path: Path, max_bytes: int) -> str | None:
     """Why `path` (under `root`) must not be read, or None when it is a regular file inside root within the cap."""
     if path.is_symlink():
         target = path.resolve()
-        if not _inside(target, root.resolve()):
+        if not target.is_relative_to(root.resolve()):
             return f"a symlink to {target}, outside the folder: not followed"
         if not target.exists():
             return "a broken symlink"
@@ -119,7 +115,7 @@ def open_beneath(root: str | Path, rel: str | Path) -> int:
                 links += 1
                 target = PurePosixPath(os.readlink(name, dir_fd=fd))
                 if target.is_absolute():
-                    if not _inside(Path(target), real_root):
+                    if not Path(target).is_relative_to(real_root):
                         raise UnsafeFileError(f"a symlink to {target}, outside the folder: not followed") from None
                     target = Path(target).relative_to(real_root)
                     done = []

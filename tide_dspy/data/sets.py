@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -63,8 +62,10 @@ class SetInfo:
 
 def data_root() -> Path:
     """The folder holding one set folder per setting: $TIDE_DATA, else the sets shipped with tide-dspy."""
-    if os.environ.get(DATA_ENV):
-        return Path(os.environ[DATA_ENV])
+    from tide_dspy.util.settings import settings
+
+    if settings().data:
+        return settings().data
     if DATA_DIR is None:
         raise FileNotFoundError(f"this install carries no benchmark sets (neither a tide-dspy checkout's data/ nor "
                                 f"tide_dspy/_shipped/data); reinstall tide-dspy, set {DATA_ENV}, or pass --data")

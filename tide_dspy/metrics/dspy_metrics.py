@@ -21,14 +21,14 @@ SNIPPET_CHARS = 240
 
 
 def _gold_and_setting(example):
-    """The gold problems and setting of a dspy.Example holding `instance` (an Instance) or `gold`."""
+    """The gold problems and setting of a dspy.Example holding `case` (an Instance) or `gold`."""
     instance = field_of(example, "case")
     if instance is not None:
         instance = instance if isinstance(instance, Instance) else Instance.model_validate(instance)
         return as_gold_problems(instance), instance.setting
     gold = field_of(example, "gold")
     if gold is None:
-        raise ValueError("the example has neither `instance` (an Instance) nor `gold` (a list of gold problems)")
+        raise ValueError("the example has neither `case` (an Instance) nor `gold` (a list of gold problems)")
     return as_gold_problems(gold), field_of(example, "setting")
 
 

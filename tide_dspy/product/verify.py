@@ -88,10 +88,6 @@ def classify(baseline: dict[str, bool], patched: dict[str, bool]) -> tuple[list[
 
 # ---- the copy ----
 
-def _inside(path: Path, root: Path) -> bool:
-    return path == root or root in path.parents
-
-
 def tree_files(root: Path) -> list[str]:
     """Relative paths to copy: in a git work tree, the files git lists under root (tracked, and untracked but not
     ignored), else every file and link below root except .git folders."""
@@ -138,19 +134,19 @@ def copy_tree(root: Path, dest: Path, disk: int | None = None) -> list[str]:
     """Copy root's files into dest (which must be outside root), refusing a tree over `disk` bytes (check_size).
     Returns the links left out because they point outside root (or are absolute)."""
     root = root.resolve()
-    if _inside(dest.resolve(), root):
+    if dest.resolve().is_relative_to(root):
         raise VerifyError(f"the temporary directory {dest} lies inside {root}; set TMPDIR to a folder outside it")
     files = tree_files(root)
     check_size(root, files, disk)
     left_out = []
     for rel in files:
         src, dst = root / rel, dest / rel
-        if not _inside(src.parent.resolve(), root):
+        if not src.parent.resolve().is_relative_to(root):
             left_out.append(rel)
             continue
         if src.is_symlink():
             target = os.readlink(src)
-            if os.path.isabs(target) or not _inside((src.parent / target).resolve(), root):
+            if os.path.isabs(target) or not (src.parent / target).resolve().is_relative_to(root):
                 left_out.append(rel)
                 continue
             dst.parent.mkdir(parents=True, exist_ok=True)

@@ -10,8 +10,8 @@ import pytest
 
 llama_cpp = pytest.importorskip("llama_cpp")
 
-from tide_dspy.backbones import prompt_cache  # noqa: E402
-from tide_dspy.backbones.prompt_cache import PromptCache  # noqa: E402
+from tide_dspy.backbones import llamacpp_cache  # noqa: E402
+from tide_dspy.backbones.llamacpp_cache import PromptCache  # noqa: E402
 
 
 class FakeLlama:
@@ -97,17 +97,17 @@ def test_the_hook_restores_once_and_detaches_so_llama_cpp_never_saves_its_own_co
 
 
 def test_configuration(monkeypatch, tmp_path):
-    monkeypatch.delenv(prompt_cache.ENV, raising=False)
-    assert prompt_cache.for_model("m", 4096) is None
-    monkeypatch.setenv(prompt_cache.ENV, "off")
-    assert prompt_cache.for_model("m", 4096) is None
+    monkeypatch.delenv(llamacpp_cache.ENV, raising=False)
+    assert llamacpp_cache.for_model("m", 4096) is None
+    monkeypatch.setenv(llamacpp_cache.ENV, "off")
+    assert llamacpp_cache.for_model("m", 4096) is None
     monkeypatch.setenv("TIDE_CACHE_DIR", str(tmp_path))
-    monkeypatch.setenv(prompt_cache.ENV, "1")
-    assert prompt_cache.for_model("m", 4096).folder == tmp_path / "prompt-cache" / "m-ctx4096"
-    monkeypatch.setenv(prompt_cache.ENV, str(tmp_path / "mine"))
-    monkeypatch.setenv(prompt_cache.MAX_MB_ENV, "0.5")
-    cache = prompt_cache.for_model("m", 2048)
+    monkeypatch.setenv(llamacpp_cache.ENV, "1")
+    assert llamacpp_cache.for_model("m", 4096).folder == tmp_path / "prompt-cache" / "m-ctx4096"
+    monkeypatch.setenv(llamacpp_cache.ENV, str(tmp_path / "mine"))
+    monkeypatch.setenv(llamacpp_cache.MAX_MB_ENV, "0.5")
+    cache = llamacpp_cache.for_model("m", 2048)
     assert cache.folder == tmp_path / "mine" / "m-ctx2048" and cache.limit_bytes == 2**19
-    monkeypatch.setenv(prompt_cache.MAX_MB_ENV, "lots")
+    monkeypatch.setenv(llamacpp_cache.MAX_MB_ENV, "lots")
     with pytest.raises(ValueError, match="TIDE_PROMPT_CACHE_MAX_MB='lots'"):
-        prompt_cache.for_model("m", 1024)
+        llamacpp_cache.for_model("m", 1024)

@@ -31,34 +31,27 @@ from pathlib import Path
 import numpy as np
 
 from tide_dspy.util.hashing import short_sha256
+from tide_dspy.util.settings import Settings, settings
 
 log = logging.getLogger(__name__)
 
 ENV = "TIDE_PROMPT_CACHE"
 MAX_MB_ENV = "TIDE_PROMPT_CACHE_MAX_MB"
-DEFAULT_MAX_MB = 4096
+DEFAULT_MAX_MB = Settings.model_fields["prompt_cache_max_mb"].default
 MIN_NEW_TOKENS = 256
 
 
 def configured_dir() -> Path | None:
-    raw = (os.environ.get(ENV) or "").strip()
+    raw = settings().prompt_cache.strip()
     if raw.lower() in ("", "0", "off", "false", "no"):
         return None
     if raw.lower() in ("1", "on", "true", "yes"):
-        base = Path(os.environ.get("TIDE_CACHE_DIR") or Path.home() / ".cache" / "tide-dspy")
-        return base / "prompt-cache"
+        return (settings().cache_dir or Path.home() / ".cache" / "tide-dspy") / "prompt-cache"
     return Path(raw).expanduser()
 
 
 def max_bytes() -> int:
-    raw = (os.environ.get(MAX_MB_ENV) or "").strip()
-    try:
-        mb = float(raw) if raw else DEFAULT_MAX_MB
-    except ValueError:
-        raise ValueError(f"{MAX_MB_ENV}={raw!r} is not a number of megabytes") from None
-    if mb <= 0:
-        raise ValueError(f"{MAX_MB_ENV}={raw!r}: must be > 0 (disable the cache with {ENV}=0 instead)")
-    return int(mb * 1024 * 1024)
+    return int(settings().prompt_cache_max_mb * 1024 * 1024)
 
 
 class PromptCache:
