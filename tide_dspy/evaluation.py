@@ -54,6 +54,9 @@ class EvaluationResult(BaseModel):
     n_instances: int
     judge: str
     judge_failures: int = 0
+    # With --judge-runs N > 1: the mean over instances of the judge's standard deviation over its N runs, per part
+    # (coverage, f1) and judged component (metrics.InstanceScore.judge_spread).
+    judge_spread: dict | None = None
     method: str
     n_run: int = 0
     n_resumed: int = 0
@@ -567,6 +570,10 @@ def format_table(result: EvaluationResult) -> str:
         lines.append(f"| {c} | " + " | ".join("-" if v is None else f"{100 * v:.2f}" for v in cells) + " |")
     lines.append(f"\n{result.n_instances} instances, judge: {result.judge}, "
                  f"failed: {result.n_failed}, resumed: {result.n_resumed}")
+    if result.judge_spread:
+        lines.append("judge spread (SD over its runs, mean over instances): " + ", ".join(
+            f"{c} {part} {100 * result.judge_spread[part][c]:.2f}" for c in metrics.scoring.JUDGED_COMPONENTS
+            for part in ("coverage", "f1")))
     lines += run_notes(result)
     return "\n".join(lines)
 

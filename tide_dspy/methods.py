@@ -19,8 +19,11 @@ Adding a method is one entry here, plus its test. Single-Agent with the template
 
 from __future__ import annotations
 
+import argparse
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+from tide_dspy.schemas import STOP_RULES
 
 if TYPE_CHECKING:
     from tide_dspy.discovery import DiscoveryProgram
@@ -102,3 +105,18 @@ def method_of(program: DiscoveryProgram) -> str:
         if type(program) is method.program and program.guidance == method.guidance:
             return method.name
     return type(program).__name__
+
+
+def add_rule_options(p: argparse.ArgumentParser) -> None:
+    """The options that depart from the paper's method, each named (docs/paper.md): without them every method
+    runs by the paper's rules. `tide compile | evaluate` and experiments/run.py take them; ProgramShape applies
+    them (None: the program's own)."""
+    p.add_argument("--stop-on", choices=STOP_RULES, default=None,
+                   help="when TIDE's rounds stop early: empty (the paper's rule, the default for a fresh program): "
+                        "on a round that returns no finding; no-new: also on a round that only re-finds")
+    p.add_argument("--show-template-names", action="store_true", default=None,
+                   help="show each template's name beside its pattern and evidence flow (the paper shows only "
+                        "those two)")
+    p.add_argument("--multi-dedup", action="store_true", default=None,
+                   help="merge Multi-Agent's re-found findings before scoring (the paper scores the pool with "
+                        "its duplicates)")

@@ -20,13 +20,13 @@ from pydantic import BaseModel, ConfigDict
 from tide_dspy import metrics
 from tide_dspy.budget import Estimate, Estimator, Limits, Target, estimate_runs
 from tide_dspy.data.selection import Selection, data_path
-from tide_dspy.discovery import ChanceBaseline
+from tide_dspy.discovery import TIDE, ChanceBaseline, MultiAgent
 from tide_dspy.domains import Setting
 from tide_dspy.evaluation import EvaluationResult, evaluate, read_rows
 from tide_dspy.methods import get_method, method_of
 from tide_dspy.programs import build_program, load_program, program_dir, save_program
 from tide_dspy.sandbox import SandboxOptions
-from tide_dspy.schemas import Instance
+from tide_dspy.schemas import STOP_RULES, Instance
 from tide_dspy.tracking import dataset_hash, model_name, register_program, tracked_run
 from tide_dspy.trials import Budget
 from tide_dspy.util.jsonio import write_json
@@ -51,6 +51,11 @@ class ProgramShape(BaseModel):
     max_evidence: int | None = None
     shuffle_context: int | None = None  # seed of a shuffled artifact order
     scan: int | None = None  # focus size of a scan (tide_dspy.scan); None: no scan, or the saved program's
+    # The paper's rules, or our departures from them (docs/paper.md): when TIDE's loop stops (discovery.STOP_RULES),
+    # whether templates show their names, whether Multi-Agent's pool merges repeats before scoring.
+    stop_on: str | None = None
+    template_names: bool | None = None
+    multi_dedup: bool | None = None
 
     def apply_scan(self, program):
         """Turn `program`'s scan on with this focus size (when one is given); a chance floor reads no artifact."""
@@ -61,6 +66,18 @@ class ProgramShape(BaseModel):
                              "no artifact")
         program.use_scan(self.scan)
 
+    def apply_rules(self, program) -> None:
+        """Set the rules that are given (stop_on, template_names, multi_dedup) on the programs they apply to: the
+        stop rule on TIDE's loop, the pool rule on Multi-Agent."""
+        if self.stop_on is not None and self.stop_on not in STOP_RULES:
+            raise ValueError(f"stop_on must be one of {STOP_RULES}, got {self.stop_on!r}")
+        if self.stop_on is not None and isinstance(program, TIDE):
+            program.stop_on = self.stop_on
+        if self.template_names is not None:
+            program.template_names = self.template_names
+        if self.multi_dedup is not None and isinstance(program, MultiAgent):
+            program.dedup_pool = self.multi_dedup
+
     def apply(self, program) -> None:
         """Reshape a built or loaded `program` by the overrides that are set (its compiled state is kept)."""
         for name, value in (("max_rounds", self.rounds), ("per_round", self.per_round),
@@ -69,6 +86,7 @@ class ProgramShape(BaseModel):
                 setattr(program, name, value)
         if self.shuffle_context is not None:
             program.context_order_seed = self.shuffle_context
+        self.apply_rules(program)
         self.apply_scan(program)
 
 
@@ -119,6 +137,7 @@ def build_method(setting: Setting, method: str, shape: ProgramShape, *, template
     built = build_program(method, setting, templates=templates if spec.templates else None, demos=demo_texts,
                           max_rounds=shape.rounds, per_round=shape.per_round, max_evidence=shape.max_evidence,
                           context_order_seed=shape.shuffle_context, scan_templates=scan_templates)
+    shape.apply_rules(built)
     shape.apply_scan(built)
     return built
 
@@ -154,7 +173,8 @@ def cap_cases(instances: list[Instance], max_cases: int) -> list[Instance]:
 
 
 def distill(selection: Selection, *, lm: LMSource, backbone: str, judge: str = "proxy", programs: str = "programs",
-            max_cases: int | None = None, max_attempts: int = 3, merge_threshold: float = 80.0, max_templates: int = 32,
+            max_cases: int | None = None, max_attempts: int = 3, merge_threshold: float = 80.0,
+            max_templates: int | None = None,
             tracking: Tracking = Tracking()) -> DistillResult:
     """Distill a template library from the solved problems of `selection` into programs/<setting>/<backbone>/."""
     from tide_dspy.templates import distill_library, solved_cases
@@ -166,7 +186,8 @@ def distill(selection: Selection, *, lm: LMSource, backbone: str, judge: str = "
     lm = _lm(lm)
     out = program_dir(setting.name, backbone, root=programs) / "templates.json"
     params = {**_base_params(selection, instances, lm, judge), "merge_threshold": merge_threshold,
-              "max_attempts": max_attempts, "max_templates": max_templates, "cases": len(solved_cases(instances))}
+              "max_attempts": max_attempts, "max_templates": max_templates or "no cap",
+              "cases": len(solved_cases(instances))}
     with _track("distill", selection, backbone, tracking, params, {}) as run:
         library = distill_library(instances, setting, lm=lm, max_attempts=max_attempts,
                                   merge_threshold=merge_threshold, max_templates=max_templates)

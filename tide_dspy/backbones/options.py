@@ -8,6 +8,7 @@ from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING
 
 from tide_dspy.backbones.providers import DEFAULT_BACKBONE
+from tide_dspy.schemas import JUDGE_RUBRICS
 from tide_dspy.util.argtypes import count, non_negative_float, positive_float, positive_int
 
 if TYPE_CHECKING:
@@ -25,6 +26,13 @@ def add_lm_options(parser: argparse.ArgumentParser, *, with_backbone: bool = Tru
         default="proxy",
         help="judge backbone for identification/resolution, or 'proxy' for the lexical proxy judge, or 'none'",
     )
+    parser.add_argument("--judge-rubric", choices=JUDGE_RUBRICS, default="probe",
+                        help="how an LLM judge rates: probe (the paper's, PROBE's 1 / 0.5 / 0 on the essential and "
+                             "secondary details, the action id checked in code) or likert (a 1-5 rating mapped to "
+                             "(s-1)/4); default probe")
+    parser.add_argument("--judge-runs", type=positive_int, default=1, metavar="N",
+                        help="judge each matched pair N times, each a fresh sample at temperature 1.0, score the "
+                             "mean and report the judge's spread (default 1: one plain call)")
     parser.add_argument("--api-base", default=None,
                         help="where the backbone's calls go: an openai-compatible server (vLLM, llama.cpp server; "
                              "default $TIDE_API_BASE), or a gateway for a hosted backbone (its key goes there too)")
@@ -80,6 +88,8 @@ class LMOptions:
     prompt_model: str | None = None
     prompt_api_base: str | None = None
     no_check: bool = False
+    judge_rubric: str = "probe"
+    judge_runs: int = 1
 
     @classmethod
     def from_namespace(cls, namespace) -> LMOptions:
@@ -99,19 +109,23 @@ class LMOptions:
         """The judge `judge` ("proxy", "none" or a backbone), built with these options' retries and timeout and its
         own address (`--judge-api-base`; never the backbone's --api-base)."""
         options = {**self.retry_options(), **({"api_base": self.judge_api_base} if self.judge_api_base else {})}
-        return JudgeSpec(judge, options, check=not self.no_check)
+        return JudgeSpec(judge, options, check=not self.no_check, rubric=self.judge_rubric, runs=self.judge_runs)
 
 
 class JudgeSpec(str):
-    """A judge's name (what records, paths and labels show) carrying the LM options its LM is built with: a str,
-    so it goes wherever a judge name goes (metrics.make_judge reads the options)."""
+    """A judge's name (what records, paths and labels show) carrying the LM options its LM is built with, the
+    rubric it rates on and how many times it rates each pair: a str, so it goes wherever a judge name goes
+    (metrics.make_judge reads the rest)."""
 
     lm_options: dict
     check: bool
+    rubric: str
+    runs: int
 
-    def __new__(cls, name: str, lm_options: dict | None = None, check: bool = False) -> JudgeSpec:
+    def __new__(cls, name: str, lm_options: dict | None = None, check: bool = False, rubric: str = "probe",
+                runs: int = 1) -> JudgeSpec:
         spec = super().__new__(cls, name)
-        spec.lm_options, spec.check = dict(lm_options or {}), check
+        spec.lm_options, spec.check, spec.rubric, spec.runs = dict(lm_options or {}), check, rubric, runs
         return spec
 
 

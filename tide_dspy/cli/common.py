@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from tide_dspy.backbones.options import add_lm_options
+from tide_dspy.methods import add_rule_options
 from tide_dspy.util.argtypes import fraction, positive_int
 
 
@@ -125,6 +126,7 @@ def add_program_options(p: argparse.ArgumentParser) -> None:
                         "(default: the setting's, as docs/program.md lists)")
     p.add_argument("--shuffle-context", type=int, default=None, metavar="SEED",
                    help="show the artifacts in a seeded shuffled order (to measure position effects)")
+    add_rule_options(p)
     p.add_argument("--scan", type=positive_int, default=None, metavar="N",
                    help="rate every artifact on its own first; each round reads the N most suspect unfound ones in "
                         "full (the scan's instruction is then compiled too; --metric scan-recall scores its ranking)")

@@ -43,8 +43,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     d.add_argument("--attempts", type=positive_int, dest="max_attempts", help=argparse.SUPPRESS)
     d.add_argument("--merge-threshold", type=percentage, default=80.0,
                    help="rapidfuzz token-set similarity (0-100) of name and of pattern at which templates merge")
-    d.add_argument("--max-templates", type=positive_int, default=32,
-                   help="cap on the library size, so it fits the context (default: 32; the paper's hold a few dozen)")
+    d.add_argument("--max-templates", type=positive_int, default=None,
+                   help="cap on the library size, keeping the templates that absorbed the most cases (default: no "
+                        "cap; the paper's libraries hold 40 workspace and 108 repository templates)")
     add_output_options(d)
     d.set_defaults(func=run_distill)
 
@@ -188,7 +189,8 @@ def _shape(args: argparse.Namespace) -> workflows.ProgramShape:
     from tide_dspy import workflows
 
     return workflows.ProgramShape(rounds=args.rounds, per_round=args.per_round, max_evidence=args.max_evidence,
-                                  shuffle_context=args.shuffle_context, scan=args.scan)
+                                  shuffle_context=args.shuffle_context, scan=args.scan, stop_on=args.stop_on,
+                                  template_names=args.show_template_names, multi_dedup=args.multi_dedup)
 
 
 # ---- commands ----

@@ -65,11 +65,17 @@ MODELS = {m.name: m for m in (
 )}
 
 
+# Scripted 200 answers a Fault may ask for: prose no adapter parses; a findings answer with no finding; one whose
+# findings were all found before.
+ANSWERS = ("prose", "empty", "repeat")
+
+
 @dataclass
 class Fault:
     """The next `count` requests (of `kind`, e.g. "findings", of `provider`, asking for JSON or not, when given) get
     this instead of an answer: an HTTP status with the provider's error body, "hang" (no answer for `seconds`), or
-    "prose" (a 200 answer in plain prose, which no adapter parses)."""
+    one of ANSWERS: "prose" (a 200 answer in plain prose, which no adapter parses), "empty" (a findings answer
+    with no finding) or "repeat" (findings that were all found before)."""
 
     status: int | str
     count: int = 1
@@ -79,6 +85,7 @@ class Fault:
     kind: str | None = None
     provider: str | None = None
     structured: bool | None = None  # only requests that ask (True) or do not ask (False) for JSON
+    after: int = 0  # let this many matching requests through first (a round-3 answer: after=2)
 
     def matches(self, provider: str, kind: str, structured: bool) -> bool:
         return (self.count > 0 and self.provider in (None, provider) and self.kind in (None, kind)
@@ -471,34 +478,47 @@ COMPACT = re.compile(r"^- (\S+) · (\S+)", re.M)
 ACTION = re.compile(r"^- (\S+) \[(.*?)\] .*?\| required: (.*?)(?: \| constraints: .*)?$", re.M)
 
 
-def output_fields(system: str) -> list[str]:
+def field_types(system: str) -> dict[str, str]:
+    """Each output field the prompt asks for, with its type as the prompt writes it, in order."""
     block = system.split("Your output fields are:", 1)[-1] if "Your output fields are:" in system else ""
-    fields = []
+    fields = {}
     for line in block.splitlines()[1:] if block else []:
-        m = re.match(r"^\d+\. `(\w+)`", line)
+        m = re.match(r"^\d+\. `(\w+)`(?: \((.*?)\):)?", line)
         if not m:
             break
-        fields.append(m.group(1))
+        fields[m.group(1)] = m.group(2) or ""
     return fields
 
 
+def output_fields(system: str) -> list[str]:
+    return list(field_types(system))
+
+
 def request_kind(fields: list[str]) -> str:
-    for kind, field_name in (("findings", "findings"), ("judge", "score"), ("template", "template"),
-                             ("scan", "suspicion")):
+    # A judge answers a 1-5 score (the Likert rubric), or PROBE's verdicts: a grade, or per-detail verdicts.
+    for kind, field_name in (("findings", "findings"), ("judge", "score"), ("judge", "judgment"),
+                             ("judge", "root_cause"), ("template", "template"), ("scan", "suspicion")):
         if field_name in fields:
             return kind
     return "generation" if set(fields) & set(GENERATION_WRITERS) else "other"
 
 
-def findings(inputs: dict[str, str]) -> list[dict]:
-    """New findings, after those already found: each cites two of the context's artifacts and resolves the problem
-    with a library action (workspace) or a patch (repository)."""
+def first_choice(type_text: str) -> str | None:
+    """The first value of a field typed Literal['a', 'b', ...] (a PROBE verdict: "correct"), else None."""
+    m = re.match(r"Literal\[\s*'([^']*)'", type_text)
+    return m.group(1) if m else None
+
+
+def findings(inputs: dict[str, str], repeat: bool = False) -> list[dict]:
+    """New findings, after those already found (`repeat`: the first ones again, as a round that only re-finds
+    answers): each cites two of the context's artifacts and resolves the problem with a library action (workspace)
+    or a patch (repository)."""
     context = inputs.get("context", "")
     artifacts = [(h, i, where) for h, i, where in HEADING.findall(context)]
     artifacts += [(h, i, "") for h, i in COMPACT.findall(context) if h not in {a[0] for a in artifacts}]
     if not artifacts:
         return []
-    found = len(re.findall(r"^\d+\. ", inputs.get("already_found", ""), re.M))
+    found = 0 if repeat else len(re.findall(r"^\d+\. ", inputs.get("already_found", ""), re.M))
     try:
         wanted = max(1, int(str(inputs.get("max_new", "1")).strip()))
     except ValueError:
@@ -523,14 +543,17 @@ def findings(inputs: dict[str, str]) -> list[dict]:
 
 
 def answer_values(call: Call) -> dict[str, Any]:
-    fields = output_fields(call.system)
+    types = field_types(call.system)
+    fields = list(types)
     inputs = dict(SECTION.findall("\n\n".join(call.texts)))  # a prompt cut for caching is read whole
     generated = generation_values(fields, inputs)
     if generated is not None:
         return generated
     values: dict[str, Any] = {}
     for name in fields:
-        if name == "findings":
+        if first_choice(types[name]) is not None:
+            values[name] = first_choice(types[name])
+        elif name == "findings":
             values[name] = findings(inputs)
         elif name == "score":
             values[name] = 4
@@ -548,10 +571,15 @@ def answer_values(call: Call) -> dict[str, Any]:
     return values or {"answer": "ok"}
 
 
-def answer_text(call: Call, prose: bool) -> str:
-    if prose:
+def answer_text(call: Call, scripted: str | None = None) -> str:
+    """The answer to `call`; `scripted` (one of ANSWERS) replaces it with prose, no finding, or findings that were
+    already found."""
+    if scripted == "prose":
         return "Having read everything carefully, I believe the main risk is an approval nobody has chased."
     values = answer_values(call)
+    if "findings" in values and scripted in ("empty", "repeat"):
+        inputs = dict(SECTION.findall("\n\n".join(call.texts)))
+        values["findings"] = [] if scripted == "empty" else findings(inputs, repeat=True)
     if call.structured is not None:
         return json.dumps(values)
     parts = [f"[[ ## {k} ## ]]\n{v if isinstance(v, (str, int)) else json.dumps(v)}" for k, v in values.items()]
@@ -743,7 +771,7 @@ class ProviderSimulator:
         fault = self._next_fault(provider, entry.kind, entry.structured)
         if fault is not None and fault.status == "hang":
             time.sleep(fault.seconds)
-        elif fault is not None and fault.status != "prose":
+        elif fault is not None and fault.status not in ANSWERS:
             raise fault_rejection(provider, fault)
         if self.rate_limit is not None:
             with self.lock:
@@ -754,17 +782,22 @@ class ProviderSimulator:
         with self.lock:
             usage = self.cache.usage(call, MODELS[call.model])
             n = len(self.log)
-        payload, entry.usage = respond(call, answer_text(call, prose=fault is not None and fault.status == "prose"),
-                                       usage, n)
+        payload, entry.usage = respond(call, answer_text(call, fault.status if fault is not None else None), usage, n)
         return payload, entry
 
     def _next_fault(self, provider: str, kind: str, structured: bool) -> Fault | None:
+        """The first fault this request gets; every matching fault still waiting (`after`) counts it."""
+        chosen = None
         with self.lock:
             for fault in self.faults:
-                if fault.matches(provider, kind, structured):
+                if not fault.matches(provider, kind, structured):
+                    continue
+                if fault.after > 0:
+                    fault.after -= 1
+                elif chosen is None:
                     fault.count -= 1
-                    return fault
-        return None
+                    chosen = fault
+        return chosen
 
     @staticmethod
     def _send(handler: BaseHTTPRequestHandler, status: int, payload: dict, headers: dict) -> None:
