@@ -140,3 +140,33 @@ def test_table1_meta_names_the_judge_and_the_instances(experiments, repository_i
 def test_table1_meta_times_every_method_run(experiments):
     meta = json.loads((experiments.out / "meta-table1.json").read_text())
     assert set(meta["raw_lm_seconds"]) == {f"{m}/run0" for m in [*FLOORS, "single", "multi", "iter", "tide"]}
+
+
+def test_table1_carries_intervals_tests_and_cost(experiments):
+    table = {r["method"]: r for r in experiments.csv("table1.csv")}
+    assert {"retrieval_f1_ci_low", "retrieval_f1_ci_high", "lm_calls", "cost_usd", "usd_per_matched",
+            "calls_per_matched"} <= set(table["tide"])
+    tests = experiments.csv("table1_tests.csv")
+    assert {r["baseline"] for r in tests} == set(table) - {"tide"}
+    assert all(r["n"] == "1" and r["p"] == "1.0" for r in tests)  # one instance: no test can say anything
+    assert "out of reach" in (experiments.out / "table1.md").read_text()
+
+
+def test_the_table1_figure_draws_each_interval(monkeypatch, tmp_path):
+    import matplotlib.axes
+
+    plots = load_script("plots")
+    drawn = []
+    real_bar = matplotlib.axes.Axes.bar
+
+    def bar(self, x, height, *args, **kwargs):
+        drawn.append(kwargs.get("yerr"))
+        return real_bar(self, x, height, *args, **kwargs)
+
+    monkeypatch.setattr(matplotlib.axes.Axes, "bar", bar)
+    record = {"method": "tide"}
+    for c in ("retrieval", "identification", "resolution"):
+        for kind in ("coverage", "f1"):
+            record.update({f"{c}_{kind}": 40.0, f"{c}_{kind}_ci_low": 30.0, f"{c}_{kind}_ci_high": 55.0})
+    plots.table1([record], tmp_path / "t.png", title="t")
+    assert drawn and all(yerr == [[10.0], [15.0]] for yerr in drawn)
