@@ -18,6 +18,8 @@ export TIDE_REQUIRE_ITEMS="${TIDE_REQUIRE_ITEMS:-1}"
 REPO_SUBSET=(--max-context-tokens 12000)
 # The first N workspace test instances (all 4 when unset): one instance costs ~35 min on the 0.5B model here.
 WS_SUBSET=(${TIDE_WS_LIMIT:+--limit "$TIDE_WS_LIMIT"})
+# The committed workspace runs read v1 of the workspace set; TIDE_WS_DATA=v2 runs them on the shipped default.
+WS_DATA=(--data "data/workspace/${TIDE_WS_DATA:-v1}")
 
 step() {  # name, command...
   local name=$1; shift
@@ -30,14 +32,14 @@ step() {  # name, command...
 run() {
   case $1 in
     distill-ws)  # issue 14: retried under dspy.Refine until the abstraction check passes; 1 thread under load
-      step distill-workspace tide distill --setting workspace --backbone "$B" --attempts 3 --threads 1 --max-tokens 320 ;;
+      step distill-workspace tide distill --setting workspace "${WS_DATA[@]}" --backbone "$B" --attempts 3 --threads 1 --max-tokens 320 ;;
     distill-repo)
       step distill-repository tide distill --setting repository --backbone "$B" --max-context-tokens 8500 \
         --max-cases "${TIDE_DISTILL_CASES:-6}" --attempts 3 --threads 1 --max-tokens 320 ;;
     table1-ws)
-      step table1-workspace python experiments/run.py table1 --setting workspace --backbone "$B" --judge proxy "${WS_SUBSET[@]}"
+      step table1-workspace python experiments/run.py table1 --setting workspace "${WS_DATA[@]}" --backbone "$B" --judge proxy "${WS_SUBSET[@]}"
       for e in steps budget instances; do
-        step "$e-workspace" python experiments/run.py "$e" --setting workspace --backbone "$B" --judge proxy "${WS_SUBSET[@]}"
+        step "$e-workspace" python experiments/run.py "$e" --setting workspace "${WS_DATA[@]}" --backbone "$B" --judge proxy "${WS_SUBSET[@]}"
       done ;;
     table1-repo)
       for e in table1 steps rounds instances; do
@@ -62,21 +64,21 @@ run() {
     grounded)  # issue 12: Table 1 beside both floors, with the library the first grounded runs used
       step grounded-repository python experiments/run.py table1 --setting repository --backbone "$B" --judge proxy \
         --templates experiments/results/repository-local-small/templates-used.json --max-context-tokens 12000 --limit 3
-      step grounded-workspace python experiments/run.py table1 --setting workspace --backbone "$B" --judge proxy \
+      step grounded-workspace python experiments/run.py table1 --setting workspace "${WS_DATA[@]}" --backbone "$B" --judge proxy \
         --templates experiments/results/workspace-local-small/templates-used.json --rounds 5 --methods single multi tide ;;
     scan)  # issue 15: ranking quality on train, then scan+TIDE and scan+Single on test
       step scan-recall python experiments/scan_recall.py --setting repository --backbone "$B" --split train --limit 2
       step scan-repository python experiments/run.py table1 --setting repository --backbone "$B" --judge proxy \
         --templates experiments/results/repository-local-small/templates-used.json --max-context-tokens 12000 \
         --limit 3 --methods tide single --scan --out experiments/results/repository-local-small-scan
-      step scan-workspace python experiments/run.py table1 --setting workspace --backbone "$B" --judge proxy \
+      step scan-workspace python experiments/run.py table1 --setting workspace "${WS_DATA[@]}" --backbone "$B" --judge proxy \
         --templates experiments/results/workspace-local-small/templates-used.json --rounds 5 --methods tide single \
         --scan --out experiments/results/workspace-local-small-scan ;;
     shortlist-ws|shortlist-repo)  # issue 15, second pass: the shortlist takes the first handles
       # TIDE_SHUFFLE=SEED runs the same with the context shuffled; TIDE_BACKBONE=local runs it on the 1.5B.
       local tag=${TIDE_SHUFFLE:+-shuffled$TIDE_SHUFFLE} order=(${TIDE_SHUFFLE:+--shuffle-context "$TIDE_SHUFFLE"})
       if [[ $1 == shortlist-ws ]]; then
-        step "shortlist-workspace-$B$tag" python experiments/run.py table1 --setting workspace --backbone "$B" "${WS_SUBSET[@]}" \
+        step "shortlist-workspace-$B$tag" python experiments/run.py table1 --setting workspace "${WS_DATA[@]}" --backbone "$B" "${WS_SUBSET[@]}" \
           --judge proxy --templates experiments/results/workspace-local-small/templates-used.json --rounds 5 \
           --methods tide single --scan "${order[@]}" --out "experiments/results/workspace-$B$tag-shortlist"
       else
@@ -89,7 +91,7 @@ run() {
       mkdir -p experiments/results/transfer-workspace-local-small/old
       cp experiments/results/workspace-local-small/raw/tide/config.json experiments/results/transfer-workspace-local-small/old/
       cp experiments/results/workspace-local-small/raw/tide/run0.jsonl experiments/results/transfer-workspace-local-small/old/results.jsonl
-      step transfer-workspace python experiments/transfer.py --setting workspace --backbone "$B" --judge proxy --rounds 5 \
+      step transfer-workspace python experiments/transfer.py --setting workspace "${WS_DATA[@]}" --backbone "$B" --judge proxy --rounds 5 \
         --limit 2 --library old=experiments/results/workspace-local-small/templates-used.json \
         --library new=programs/workspace/local-small/templates.json ;;
     floors)  # the three chance floors of every table1 folder, rerun without a model beside the LM rows kept
@@ -98,7 +100,8 @@ run() {
         local again; again=$(python3 -c 'import json, shlex, sys
 words = shlex.split(json.load(open(sys.argv[1]))["command"])[1:]
 kept = [w for i, w in enumerate(words) if w != "--out" and (i == 0 or words[i - 1] != "--out")]
-print(shlex.join(kept + ["--out", sys.argv[2], "--floors-only"]))' "$meta" "$dir")
+data = sys.argv[3:] if "workspace" in words and "--data" not in words else []  # the set the run read
+print(shlex.join(kept + data + ["--out", sys.argv[2], "--floors-only"]))' "$meta" "$dir" "${WS_DATA[@]}")
         eval step "floors-$(basename "$dir")" python experiments/run.py "$again"
       done ;;
     compile-local-repo)  # the scan instruction against scan recall@8 on the train split's small instances
@@ -114,13 +117,13 @@ print(shlex.join(kept + ["--out", sys.argv[2], "--floors-only"]))' "$meta" "$dir
           --limit "${TIDE_HELDOUT_LIMIT:-1}" --methods tide tide-compiled --compiled programs/repository/local/tide.json --scan "${order[@]}" \
           --out "experiments/results/compile-repository-local$tag"
       else
-        step "heldout-workspace-local$tag" python experiments/run.py table1 --setting workspace --backbone local \
+        step "heldout-workspace-local$tag" python experiments/run.py table1 --setting workspace "${WS_DATA[@]}" --backbone local \
           --threads 2 --judge proxy --templates programs/workspace/local/templates.json --rounds 1 --limit 2 \
           --methods tide tide-compiled --compiled programs/workspace/local/tide.json "${order[@]}" \
           --out "experiments/results/compile-workspace-local$tag"
       fi ;;
     compile-local-ws)  # the round instruction, T=1, on the two train workspaces (one to train, one held out)
-      step compile-workspace-local-copro tide compile --setting workspace --backbone local --threads "$THREADS" \
+      step compile-workspace-local-copro tide compile --setting workspace "${WS_DATA[@]}" --backbone local --threads "$THREADS" \
         --split train --rounds 1 --metric retrieval-f1 --optimizer copro --opt init.breadth=2 --opt init.depth=1 \
         --judge proxy ;;
     compile-miprov2-repo)  # MIPROv2, instruction only, same data and metric; its program is kept apart

@@ -186,11 +186,15 @@ def test_tracking_params_name_the_set_its_version_and_checksum(tmp_path, no_tide
         "data_set": "workspace", "data_version": "v2", "data_sha256": info.sha256}
 
 
-def _build_script():
-    spec = importlib.util.spec_from_file_location("workspace_build", SHIPPED_DATA / "workspace" / "build.py")
+def _workspace_script(name: str):
+    spec = importlib.util.spec_from_file_location(f"workspace_{name}", SHIPPED_DATA / "workspace" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def _build_script():
+    return _workspace_script("build")
 
 
 def test_the_committed_v2_is_the_build_of_v1_and_the_sources():
@@ -206,3 +210,11 @@ def test_the_build_is_byte_stable():
     packed = lzma.compress(content, format=lzma.FORMAT_XZ, check=lzma.CHECK_CRC64, preset=build.XZ_PRESET)
     assert packed == lzma.compress(content, format=lzma.FORMAT_XZ, check=lzma.CHECK_CRC64, preset=build.XZ_PRESET)
     assert lzma.decompress(build.V2.read_bytes()) == content
+
+
+def test_the_data_card_shows_the_tables_of_the_built_files(cache):
+    lines = _workspace_script("card").card_lines(floors=True, cache_dir=cache)
+    card = " ".join((SHIPPED_DATA / "workspace" / "README.md").read_text(encoding="utf-8").split())
+    rows = [line for line in lines if line.startswith(("|", "- "))]
+    assert len(rows) > 60
+    assert [row for row in rows if " ".join(row.split()) not in card] == []

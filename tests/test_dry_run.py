@@ -1,4 +1,5 @@
-"""`--dry-run` on evaluate, compile, tune and discover: prompts rendered and counted, costs printed, no LM called."""
+"""`--dry-run` on evaluate, distill, compile, tune and discover: prompts rendered and counted, costs printed, no LM
+called."""
 
 from __future__ import annotations
 
@@ -6,14 +7,17 @@ import re
 
 import dspy
 import pytest
+from dspy.utils.dummies import DummyLM
 from routed_lm import FIXTURE_DATA, RoutedLM, fixture_instances
 
 from tide_dspy import domains
+from tide_dspy.budget import Estimator
 from tide_dspy.cli.main import main
 from tide_dspy.data.selection import Selection
 from tide_dspy.evaluation import evaluate
 from tide_dspy.programs import build_program
-from tide_dspy.workflows import ProgramShape, estimate_split
+from tide_dspy.templates import Distiller, distill_one, solved_cases
+from tide_dspy.workflows import ProgramShape, estimate_distill, estimate_split
 
 WORKSPACE = str(FIXTURE_DATA / "workspace")
 
@@ -111,3 +115,41 @@ def test_a_dry_run_on_a_hosted_backbone_makes_no_preflight_call(monkeypatch, cap
     rc = main(["evaluate", "--setting", "workspace", "--split", "train", "--data", WORKSPACE, "--method", "single",
                "--backbone", "gpt-5-mini", "--judge", "claude-sonnet-4.5", "--dry-run", "--out", str(tmp_path / "o")])
     assert rc == 0 and "| single | judge | claude-sonnet-4.5 |" in capsys.readouterr().out
+
+
+def test_distill_dry_run_lists_the_shipped_v2_train_cases_and_calls_no_model(lm, capsys, tmp_path, monkeypatch):
+    monkeypatch.delenv("TIDE_DATA", raising=False)
+    rc = main(["distill", "--setting", "workspace", "--backbone", "gpt-5-mini", "--dry-run", "--no-track",
+               "--programs", str(tmp_path / "programs")])
+    assert rc == 0
+    printed = capsys.readouterr().out
+    cases = [line.split() for line in printed.splitlines() if line.startswith("  ws-")]
+    assert "52 solved cases to distil" in printed and len(cases) == 52 >= 40  # the paper distils 40 templates
+    assert all(problem.startswith(instance + "-p") and len(rest) >= 2 for instance, problem, *rest in cases)
+    assert "| distill: first attempts | backbone | gpt-5-mini | 52 |" in printed
+    assert "| distill: retries (at most) | backbone | gpt-5-mini | 104 |" in printed  # --max-attempts 3
+    assert total_usd(printed) > 0 and "dry run: no model was called" in printed
+    assert lm.calls == 0 and not lm.history and not (tmp_path / "programs").exists()
+
+
+# Leaks the names and the id of the first train fixture's case, so every attempt fails the check.
+LEAKY = {"template": {"name": "Priya Anand never e-signed", "pattern": "PO-58-3301 waits on the controller",
+                      "evidence_flow": ["find the request still pending in the tracker"]}}
+
+
+def test_the_distill_dry_run_counts_the_calls_and_prompts_a_run_sends():
+    selection = Selection(setting=domains.WORKSPACE, split="train", data=WORKSPACE)
+    plan = estimate_distill(selection, lm=DummyLM([]), backbone="dummy", max_attempts=2)
+    lm, distiller, estimator = DummyLM([LEAKY] * 2 * len(plan.cases)), Distiller(domains.WORKSPACE), Estimator()
+    sent = []
+    for instance, problem in solved_cases(selection.load()):
+        outcome = distill_one(distiller, instance, problem, max_attempts=2, lm=lm)
+        assert not outcome.passed and len(outcome.scores) == 2  # both attempts: the estimate's upper bound
+        first, retry = [estimator.counter.messages(entry["messages"]) for entry in outcome.history]
+        counted = estimator.distill_calls(domains.WORKSPACE, instance, problem, attempts=2)
+        assert counted[0].prompt == first  # the first attempt is rendered as sent
+        # The retry carries the hint; the stand-in names 12 leaked tokens, these drafts' hints 3 or fewer.
+        assert first < retry <= counted[1].prompt < retry + 150
+        sent += [first, retry]
+    assert plan.estimate.totals().calls == len(sent) == 2 * len(plan.cases)
+    assert plan.estimate.tallies[("distill: first attempts", "backbone")].prompt == sum(sent[::2])

@@ -33,6 +33,10 @@ FINDING_TOKENS_WITHOUT_GOLD = 300  # a finding's size where no gold problem show
 MIN_CACHED_PREFIX = 1_024  # providers cache a repeated prefix only from about this many tokens on
 PROPOSAL_PROMPT_TOKENS = 2_000  # an optimizer's instruction proposal (instructions, earlier candidates, scores)
 PROPOSAL_OUTPUT_TOKENS = 400
+DISTILL_OUTPUT_TOKENS = 250  # a template draft: a name, a pattern of a sentence or two, 4-6 evidence-flow steps
+HINT_LEAKS = 12  # the specific tokens of its case that a distillation retry's hint names
+# The field dspy.Refine appends to a retry's signature for the advice of the attempt before (dspy/predict/refine.py).
+REFINE_HINT = ("hint_", "A hint to the module from an earlier run")
 # Findings of earlier rounds in `already_found`, and the judge's prediction, are written with this stand-in.
 STAND_IN_DESCRIPTION = ("The approval that the vendor renewal needs is still with a manager who left the team last "
                         "month, so nobody can sign it before the contract lapses and the service stops; the request "
@@ -435,6 +439,38 @@ class Estimator:
 
     def proposal_calls(self, n: int, prompt: int = PROPOSAL_PROMPT_TOKENS) -> list[Call]:
         return [Call("backbone", "proposal", prompt, self._output("backbone", PROPOSAL_OUTPUT_TOKENS))] * n
+
+    def distill_calls(self, setting, instance: Instance, problem: GoldProblem, attempts: int) -> list[Call]:
+        """The backbone's calls distilling one solved case under dspy.Refine (tide_dspy.refinement): the first
+        attempt, then `attempts - 1` retries whose signature carries the abstraction check's hint as Refine appends
+        it. An upper bound: a case stops at the first draft that passes. The advice between attempts is the
+        check's own feedback, not a model's, so it costs nothing."""
+        case = setting.solved_case(instance, problem)
+        adapter = self._adapter()
+        first = self._calls("backbone", "distill", [(adapter.format(setting.distill_signature, [], case),
+                                                     DISTILL_OUTPUT_TOKENS)])
+        if attempts == 1:
+            return first
+        # The hint changes the signature's field list at the top of the prompt: the retries share their prefix
+        # with one another, not with the first attempt.
+        import dspy
+
+        name, desc = REFINE_HINT
+        hinted = setting.distill_signature.append(name, dspy.InputField(desc=desc))
+        retry = adapter.format(hinted, [], {**case, name: stand_in_hint(case)})
+        return first + self._calls("backbone", "distill", [(retry, DISTILL_OUTPUT_TOKENS)] * (attempts - 1))
+
+
+def stand_in_hint(case: dict[str, str]) -> str:
+    """A retry's hint as the abstraction check writes it, for a draft that copied the first HINT_LEAKS specific
+    tokens of its case."""
+    from tide_dspy.abstraction import AbstractionReport, Leak, case_text, tokens
+
+    leaks: dict[str, Leak] = {}
+    for kind, surface, key, _ in tokens(case_text(case)):
+        if key and len(leaks) < HINT_LEAKS:
+            leaks.setdefault(key, Leak(kind, surface, "pattern"))
+    return AbstractionReport(list(leaks.values())).feedback()
 
 
 # ---- an estimate: calls by step and role, priced ----

@@ -44,6 +44,15 @@ def solved_cases(instances: list[Instance]) -> list[tuple[Instance, GoldProblem]
     return [(inst, p) for inst in instances for p in inst.problems if is_solved(p)]
 
 
+def distillable_cases(instances: list[Instance], setting: Setting) -> list[tuple[Instance, GoldProblem]]:
+    """The solved cases of `setting` among `instances`, one distillation each; an error when there are none."""
+    cases = solved_cases([i for i in instances if i.setting == setting.name])
+    if not cases:
+        raise ValueError(f"no solved {setting.name} problems to distill among {len(instances)} instances "
+                         "(is this the train split of the right setting?)")
+    return cases
+
+
 class Distiller(dspy.Module):
     """One predictor: a solved case (context, problem, resolution) -> an abstract template draft."""
 
@@ -202,10 +211,7 @@ def distill_library(
     the library and of every case's best draft), lm_usage (the backbone's calls, Refine's copies included).
     """
     distiller = distiller or Distiller(setting)
-    cases = solved_cases([i for i in instances if i.setting == setting.name])
-    if not cases:
-        raise ValueError(f"no solved {setting.name} problems to distill among {len(instances)} instances "
-                         "(is this the train split of the right setting?)")
+    cases = distillable_cases(instances, setting)
     templates, failures, checks, best_scores, entries = [], [], {}, [], []
     bar = tqdm(cases, desc=f"distill {setting.name}", unit="case", disable=not progress)
     for instance, problem in bar:

@@ -172,6 +172,45 @@ def cap_cases(instances: list[Instance], max_cases: int) -> list[Instance]:
     return kept
 
 
+def distill_instances(selection: Selection, max_cases: int | None = None) -> list[Instance]:
+    """The instances `distill` reads: the selection's, capped at `max_cases` solved cases."""
+    instances = selection.load()
+    return cap_cases(instances, max_cases) if max_cases is not None else instances
+
+
+class DistillPlan(BaseModel):
+    """What `distill` would do (`tide distill --dry-run`): the solved cases, and the calls it would send."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    cases: list[tuple[str, str, str | None]]  # instance id, problem id, category
+    estimate: Estimate
+
+
+def estimate_distill(selection: Selection, *, lm: LMSource, backbone: str, max_cases: int | None = None,
+                     max_attempts: int = 3, limits: Limits = Limits()) -> DistillPlan:
+    """The solved cases `distill` with these arguments would distil, and what it would send and cost: each case's
+    first attempt, and its retries as an upper bound (Estimator.distill_calls)."""
+    from tide_dspy.templates import distillable_cases
+
+    setting = selection.setting
+    instances = distill_instances(selection, max_cases)
+    cases = distillable_cases(instances, setting)
+    lm = _lm(lm)
+    targets = estimate_targets(lm, backbone, None, "proxy", limits)
+    estimator, estimate = estimator_for(lm, targets), Estimate.for_targets(targets)
+    for instance, problem in cases:
+        first, *retries = estimator.distill_calls(setting, instance, problem, max_attempts)
+        estimate.add("distill: first attempts", [first])
+        if retries:
+            estimate.add("distill: retries (at most)", retries)
+    estimate.instances = len(instances)
+    estimate.notes.append(f"{len(cases)} cases, each with up to {max_attempts} attempts (--max-attempts): a case "
+                          "stops at its first draft that passes the abstraction check, so the retries are an upper "
+                          "bound and the first attempts the least a run sends")
+    return DistillPlan(cases=[(i.instance_id, p.problem_id, p.category) for i, p in cases], estimate=estimate)
+
+
 def distill(selection: Selection, *, lm: LMSource, backbone: str, judge: str = "proxy", programs: str = "programs",
             max_cases: int | None = None, max_attempts: int = 3, merge_threshold: float = 80.0,
             max_templates: int | None = None,
@@ -180,9 +219,7 @@ def distill(selection: Selection, *, lm: LMSource, backbone: str, judge: str = "
     from tide_dspy.templates import distill_library, solved_cases
 
     setting = selection.setting
-    instances = selection.load()
-    if max_cases is not None:
-        instances = cap_cases(instances, max_cases)
+    instances = distill_instances(selection, max_cases)
     lm = _lm(lm)
     out = program_dir(setting.name, backbone, root=programs) / "templates.json"
     params = {**_base_params(selection, instances, lm, judge), "merge_threshold": merge_threshold,

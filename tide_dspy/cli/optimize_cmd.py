@@ -46,6 +46,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     d.add_argument("--max-templates", type=positive_int, default=None,
                    help="cap on the library size, keeping the templates that absorbed the most cases (default: no "
                         "cap; the paper's libraries hold 40 workspace and 108 repository templates)")
+    add_cost_options(d, judge=False)
     add_output_options(d)
     d.set_defaults(func=run_distill)
 
@@ -185,6 +186,15 @@ def print_estimate(estimate) -> int:
     return 0
 
 
+def print_distill_plan(plan: workflows.DistillPlan) -> int:
+    from tide_dspy.util.text import print_line
+
+    print(f"{len(plan.cases)} solved cases to distil (instance, problem, category):")
+    for instance_id, problem_id, category in plan.cases:
+        print_line(f"  {instance_id}  {problem_id}" + (f"  {category}" if category else ""))
+    return print_estimate(plan.estimate)
+
+
 def _shape(args: argparse.Namespace) -> workflows.ProgramShape:
     from tide_dspy import workflows
 
@@ -198,6 +208,10 @@ def _shape(args: argparse.Namespace) -> workflows.ProgramShape:
 def run_distill(args: argparse.Namespace) -> int:
     from tide_dspy import workflows
 
+    if args.dry_run:
+        return print_distill_plan(workflows.estimate_distill(
+            _selection(args), lm=lambda: lm_from_options(LMOptions.from_namespace(args)), backbone=args.backbone,
+            max_cases=args.max_cases, max_attempts=args.max_attempts, limits=Limits.from_namespace(args)))
     r = workflows.distill(_selection(args), max_cases=args.max_cases, max_attempts=args.max_attempts,
                           merge_threshold=args.merge_threshold, max_templates=args.max_templates, **_common(args))
     print(f"{r.templates} templates from {r.cases} solved cases: {r.passed} passed the abstraction "
