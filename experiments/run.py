@@ -24,7 +24,7 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from tide_dspy import analysis
+from tide_dspy import analysis, tracing
 from tide_dspy.backbones import LMOptions, add_lm_options, describe_lm, lm_context, lm_from_options
 from tide_dspy.backbones.providers import rules_of
 from tide_dspy.budget import Estimate, Limits, add_cost_options, estimate_runs, money
@@ -37,7 +37,7 @@ from tide_dspy.methods import add_rule_options, get_method, lm_methods
 from tide_dspy.metrics import InstanceScore, aggregate, make_judge
 from tide_dspy.programs import load_program, program_dir, safe_name
 from tide_dspy.templates import TemplateLibrary
-from tide_dspy.tracking import tracked_run
+from tide_dspy.tracking import add_traces_option, tracked_run
 from tide_dspy.util.safe_write import write_text
 from tide_dspy.workflows import ProgramShape, build_method
 
@@ -690,6 +690,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help=f"the most artifacts a finding may cite (default: the setting's, "
                              f"{per_setting('max_evidence')})")
     add_rule_options(parser)
+    add_traces_option(parser)
     parser.add_argument("--scan", action="store_true",
                         help="LM methods scan every artifact first and read the most suspect in full (results go to "
                              "a -scan folder)")
@@ -751,6 +752,11 @@ def main(argv=None) -> int:
         print("--runs > 1 at temperature 0 would repeat one sample: using temperature 0.7 for every run")
         lm = for_runs(args, lm)
     judge = make_judge(options.judge_spec(args.judge))
+    if args.traces:
+        plan = merge_plans(PLANS[n](args, lambda source=None: template_library(args, source)) for n in names)
+        programs = [p for backbone in plan.values() for p in backbone.values()]
+        tracing.announce(*tracing.estimate_bytes(programs, instances, args.runs),
+                         "each experiment's MLflow run (raw runs already in OUT/raw are resumed, not traced again)")
     for name in names:
         started = time.time()
         data = locate(args.setting.name, args.data, args.data_version)
@@ -758,10 +764,11 @@ def main(argv=None) -> int:
                   "judge": getattr(judge, "label", "none"), **describe_lm(lm)}
         with tracked_run(f"experiment-{name}", setting=args.setting.name, backbone=args.backbone,
                          params=params) as run:
-            with lm_context(lm):
+            with tracing.traces(args.traces, tracking=run.enabled, folder=out / "traces"), lm_context(lm):
                 metrics = EXPERIMENTS[name](args, instances, out, lm, judge)
             write_meta(out / f"meta-{name}.json", lm, judge, started, {
-                "experiment": name, "split": args.split, "data": data.record(), "runs": args.runs,
+                "experiment": name, "setting": args.setting.name, "split": args.split, "data": data.record(),
+                "runs": args.runs,
                 "settings": run_settings(args),
                 "instances": [i.instance_id for i in instances],
                 "raw_lm_seconds": raw_seconds(out, instances)}, floors_only=args.floors_only)

@@ -15,6 +15,7 @@ import dspy
 from dspy.utils.exceptions import AdapterParseError
 from rapidfuzz import fuzz
 
+from tide_dspy import tracing
 from tide_dspy.backbones.providers import rules_of
 from tide_dspy.backbones.usage import entries_since, entries_usage, usage_mark, usage_tokens
 from tide_dspy.domains import NO_GUIDANCE, ContextView, Setting, get_setting, render_templates
@@ -129,6 +130,10 @@ class DiscoveryProgram(dspy.Module):
         # TIDE on the same scan); by default the program's own.
         self.scan_templates = list(scan_templates or [])
 
+    def max_calls(self) -> int:
+        """The most round calls one instance may make, retries and a scan aside."""
+        return self.max_rounds
+
     def use_scan(self, focus_size: int) -> None:
         """Turn the scan on (or resize its focus) in a built or loaded program; its compiled round is kept."""
         if focus_size < 1:
@@ -198,8 +203,9 @@ class DiscoveryProgram(dspy.Module):
         if self.scanner is None:
             return None, None
         warn_hosted_scan(self.scanner.rate.lm or dspy.settings.lm, len(instance.artifacts))
-        ranking, record = scan_and_rank(self.scanner, instance, self.view(instance), self.scan_guidance(),
-                                        self.context_order_seed, self.focus_size, on_progress)
+        with tracing.scope(instance_id=instance.instance_id, role="scan"):
+            ranking, record = scan_and_rank(self.scanner, instance, self.view(instance), self.scan_guidance(),
+                                            self.context_order_seed, self.focus_size, on_progress)
         if on_scan:
             on_scan(record)
         return ranking, record
@@ -256,7 +262,7 @@ class DiscoveryProgram(dspy.Module):
         entries = entries_since(lm, mark)
         out.lm_calls = len(entries)
         out.input_tokens, out.output_tokens = usage_tokens(entries)
-        billed = [e for e in entries if not getattr(e.get("response"), "cache_hit", False)]
+        billed = [e for e in entries if not tracing.is_cache_hit(e)]
         out.cache_hits = len(entries) - len(billed)
         out.cost_usd = entries_usage(billed, getattr(lm, "model", ""), rules)["cost_usd"]
         return out
@@ -266,7 +272,8 @@ class DiscoveryProgram(dspy.Module):
                   focus: list[str] | None = None) -> tuple[DiscoveryState, RoundRecord]:
         t0 = time.perf_counter()
         view = self.view(instance, focus)
-        out = self.call_round(instance, view, list(state.findings), max_new, rollout, temperature, focus)
+        with tracing.scope(instance_id=instance.instance_id, round=round_no, role="round"):
+            out = self.call_round(instance, view, list(state.findings), max_new, rollout, temperature, focus)
         cleaned = [self.setting.clean(d, instance, round_no, view) for d in out.drafts]
         findings, hygiene = [f for f, _ in cleaned], [h for _, h in cleaned]
         dropped = [i for h in hygiene for i in h.dropped_ids]
@@ -417,6 +424,9 @@ class ChanceBaseline(DiscoveryProgram):
 
     def picks(self, instance: Instance, view: ContextView) -> list[list[str]]:
         raise NotImplementedError
+
+    def max_calls(self) -> int:
+        return 0  # a chance floor calls no model
 
     def chance_resolution(self, instance: Instance) -> dict:
         """The resolution every pick carries: the library's first action where an action resolves a problem

@@ -308,6 +308,15 @@ def tracked_run(command: str, *, setting: str, backbone: str, params: dict | Non
             log.warning("%s; the run is not marked %s in MLflow", exc, status)
 
 
+def add_traces_option(parser) -> None:
+    """`--traces` (tide evaluate, tide compile, experiments/run.py): record every LM call (tracing.traces)."""
+    parser.add_argument("--traces", action="store_true",
+                        help="record every LM call (prompt, answer, tokens, cache hit, instance and round): as MLflow "
+                             "traces of the run (the MLflow UI's Traces tab), or with tracking off as "
+                             "<out>/traces/<instance>.jsonl. Each holds its whole prompt, so they can be large: the "
+                             "estimated size is printed before the run")
+
+
 def model_name(setting: str, backbone: str) -> str:
     """`tide-<setting>-<backbone>`, with characters the registry dislikes replaced."""
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", f"tide-{setting}-{backbone}").strip("-")
@@ -344,14 +353,18 @@ def dspy_autolog(enabled: bool = True) -> Iterator[None]:
     """mlflow.dspy autologging for an optimizer's compile: its params, the best program's state, the LM params and
     the train/validation tables (which serialize every instance in full, so this is opt-in).
 
-    Traces are off: every trace would hold the whole rendered context. Disabled again on exit."""
+    Traces stay as they are: on inside `tracing.traces` (`--traces`), else off, since every trace holds the whole
+    rendered context. On exit, autologging returns to tracing alone or to nothing."""
     if not enabled:
         yield
         return
     import mlflow
 
+    from tide_dspy.tracing import mlflow_traces_on
+
+    traces = mlflow_traces_on()
     try:
-        mlflow.dspy.autolog(log_traces=False, log_compiles=True, log_evals=True, silent=True)
+        mlflow.dspy.autolog(log_traces=traces, log_compiles=True, log_evals=True, silent=True)
     except Exception as exc:  # noqa: BLE001 - tracking extras must never stop a compile
         log.warning("mlflow.dspy autolog unavailable: %s", exc)
         yield
@@ -359,4 +372,7 @@ def dspy_autolog(enabled: bool = True) -> Iterator[None]:
     try:
         yield
     finally:
-        mlflow.dspy.autolog(disable=True, silent=True)
+        if traces:
+            mlflow.dspy.autolog(log_traces=True, log_compiles=False, log_evals=False, silent=True)
+        else:
+            mlflow.dspy.autolog(disable=True, silent=True)

@@ -17,7 +17,7 @@ from typing import Any
 import dspy
 from pydantic import BaseModel, ConfigDict
 
-from tide_dspy import metrics
+from tide_dspy import metrics, tracing
 from tide_dspy.budget import Estimate, Estimator, Limits, Target, estimate_runs
 from tide_dspy.data.selection import Selection, data_path
 from tide_dspy.discovery import TIDE, ChanceBaseline, MultiAgent
@@ -292,6 +292,7 @@ def compile_and_save(selection: Selection, *, lm: LMSource, backbone: str, metho
                      optimizer: str = "copro", metric: str = "retrieval-f1", judge: str = "proxy",
                      demos: int | None = None, options: list[str] | None = None, val_fraction: float = 0.25,
                      seed: int = 0, workers: int = 1, register: bool = True, autolog: bool = False,
+                     traces: bool = False,
                      budget: Budget = Budget(), limits: Limits = Limits(), fresh: bool = False,
                      keep_worse: bool = False, prompt_lm: LMSource | None = None, progress: bool = True,
                      tracking: Tracking = Tracking()) -> CompileResult:
@@ -349,7 +350,8 @@ def compile_and_save(selection: Selection, *, lm: LMSource, backbone: str, metho
            **({"proposer": proposer} if proposer is not None else {})}
     # A scan-recall compile tunes and validates the scan alone: the rounds add nothing its metric can see.
     validated = ScanOnly if metric == SCAN_RECALL else (lambda p: p)
-    with _track("compile", selection, backbone, tracking, params, lms) as run:
+    with _track("compile", selection, backbone, tracking, params, lms) as run, \
+            _compile_traces(traces, run, program, train, val, folder / "compile" / "traces"):
         scored = {"judge": judge_model, "lm": lm, "resume": False, "workers": workers, "progress": progress,
                   "method": method}
         before = evaluate(validated(program), val, out_path=folder / "compile" / "val_before.jsonl", **scored)
@@ -399,6 +401,17 @@ def compile_and_save(selection: Selection, *, lm: LMSource, backbone: str, metho
     return CompileResult(optimizer=optimizer, metric=metric, n_val=len(val), before=before, after=after,
                          metric_before=metric_before, metric_after=metric_after, seconds=seconds, search=search,
                          path=out, kept=kept, registered=registered)
+
+
+def _compile_traces(traces: bool, run, program, train: list[Instance], val: list[Instance], folder: Path):
+    """The traces of a compile's LM calls (tracing.traces), announced with the size of one pass over train and
+    validation: the optimizer makes many such passes (its --dry-run counts them)."""
+    if traces:
+        size, calls = tracing.estimate_bytes([program], [*train, *val])
+        where = f"the MLflow run {run.info.run_id}" if run.enabled else f"{folder}/"
+        tracing.announce(size, calls, f"{where}, per pass over train and validation (the optimizer makes several; "
+                                      "`tide compile --dry-run` counts its calls)")
+    return tracing.traces(traces, tracking=run.enabled, folder=folder)
 
 
 # ---- tune ----
@@ -518,10 +531,12 @@ def evaluate_split(selection: Selection, *, lm: LMSource, backbone: str, program
                    programs: str = "programs", judge: str = "proxy", workers: int = 1,
                    out: str | Path | None = None, resume: bool = False, fresh: bool = False,
                    verification: RepoVerification = RepoVerification(), check_out: Callable[[Path], Any] | None = None,
-                   limits: Limits = Limits(), tracking: Tracking = Tracking()) -> EvaluationRun:
+                   limits: Limits = Limits(), traces: bool = False, tracking: Tracking = Tracking()) -> EvaluationRun:
     """Score a saved `program` (path or models:/ URI) or a fresh `method` on `selection`, one row per instance in
     `out` (default runs/<setting>/<backbone>/<method>-<split>/results.jsonl). `check_out(folder)` vets the output
-    folder before any LM work. `limits`: a budget (USD), prices and a window override (budget.Limits)."""
+    folder before any LM work. `limits`: a budget (USD), prices and a window override (budget.Limits). `traces`:
+    record every LM call (tracing.traces): as MLflow traces of the run, or with tracking off as
+    `<out>/traces/<instance id>.jsonl`."""
     built, selection, method = evaluation_program(selection, backbone=backbone, program=program, method=method,
                                                   shape=shape, templates=templates, programs=programs)
     setting = selection.setting
@@ -538,10 +553,16 @@ def evaluate_split(selection: Selection, *, lm: LMSource, backbone: str, program
               "T": built.max_rounds, "k": built.per_round, "pool_size": len(built.templates),
               "verify_repo": verification.repo}
     with _track("evaluate", selection, backbone, tracking, params, {}) as run:
-        result = evaluate(built, instances, judge=judge_model, out_path=results, resume=resume, lm=lm,
-                          method=method, execute=execute, workers=workers, limits=limits,
-                          config={"command": tracking.command_line, "program_path": program, "backbone": backbone,
-                                  "split": selection.split, "data": selection.source().record()})
+        trace_folder = out_dir / "traces"
+        if traces:
+            tracing.announce(*tracing.estimate_bytes([built], instances),
+                             f"the MLflow run {run.info.run_id}" if run.enabled else f"{trace_folder}/")
+        with tracing.traces(traces, tracking=run.enabled, folder=trace_folder):
+            result = evaluate(built, instances, judge=judge_model, out_path=results, resume=resume, lm=lm,
+                              method=method, execute=execute, workers=workers, limits=limits,
+                              config={"command": tracking.command_line, "program_path": program,
+                                      "backbone": backbone, "split": selection.split,
+                                      "data": selection.source().record()})
         seconds = run.seconds()
         run.record(scores={"": result}, usage=result.lm_usage,
                    metrics={"seconds": seconds, "n_incomplete": result.n_incomplete, "n_skipped": result.n_skipped,

@@ -25,6 +25,7 @@ from tide_dspy.cli.common import (
     sandbox_options,
 )
 from tide_dspy.methods import METHODS, floor_methods, lm_methods
+from tide_dspy.tracking import add_traces_option
 from tide_dspy.util.argtypes import count, percentage, positive_float, positive_int
 
 if TYPE_CHECKING:
@@ -81,6 +82,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     c.add_argument("--autolog", action="store_true",
                    help="also run mlflow.dspy autologging (optimizer params, best-program state, and data tables "
                         "that hold every rendered instance: large for repositories)")
+    add_traces_option(c)
     add_cost_options(c)
     add_output_options(c)
     add_proposer_options(c)
@@ -116,6 +118,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                           "floors (no LM call)")
     add_workers_option(e, "instances")
     e.add_argument("--out", default=None, help="results folder (default: runs/<setting>/<backbone>/<method>-<split>)")
+    add_traces_option(e)
     again = e.add_mutually_exclusive_group()
     again.add_argument("--resume", action="store_true", help="skip instances already scored in --out")
     again.add_argument("--fresh", action="store_true", help="discard earlier results in --out")
@@ -239,7 +242,7 @@ def run_compile(args: argparse.Namespace) -> int:
     r = workflows.compile_and_save(
         _selection(args), method=args.method, shape=_shape(args), templates=args.templates, optimizer=args.optimizer,
         metric=args.metric, demos=args.demos, options=args.opt, val_fraction=args.val_fraction, seed=args.seed,
-        workers=args.workers, register=not args.no_register, autolog=args.autolog,
+        workers=args.workers, register=not args.no_register, autolog=args.autolog, traces=args.traces,
         budget=Budget(max_calls=args.max_calls, max_cost=args.max_cost),
         limits=Limits(prices=args.price, judge_prices=args.judge_price), fresh=args.fresh,
         keep_worse=args.keep_worse, prompt_lm=_proposer(args), **_common(args))
@@ -315,7 +318,8 @@ def run_evaluate(args: argparse.Namespace) -> int:
     r = workflows.evaluate_split(
         _selection(args), program=args.program, method=args.method, shape=_shape(args), templates=args.templates,
         workers=args.workers, out=args.out, resume=args.resume, fresh=args.fresh,
-        verification=verification, check_out=check_output_folder, limits=Limits.from_namespace(args), **_common(args))
+        verification=verification, check_out=check_output_folder, limits=Limits.from_namespace(args),
+        traces=args.traces, **_common(args))
     print(format_table(r.result))
     if r.executed:
         print(execution_line(r.result))
