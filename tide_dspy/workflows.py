@@ -335,7 +335,9 @@ def compile_and_save(selection: Selection, *, lm: LMSource, backbone: str, metho
               "train_ids": [i.instance_id for i in train], "val_ids": [i.instance_id for i in val],
               "max_calls": budget.max_calls, "max_cost": budget.max_cost,
               "proposer": _describe(proposer) if proposer is not None else None}
-    header = compile_header(program, method, metric, judge, lm)
+    # An LLM judge is named by its label, which says its rubric and runs: trials scored on another are not replayed.
+    header = compile_header(program, method, metric,
+                            judge_model.label if isinstance(judge_model, metrics.LLMJudge) else judge, lm)
     targets = {**estimate_targets(lm, backbone, judge_model, judge, limits),
                "proposer": Target.of(proposer) if proposer is not None else None}
     prices = {t.lm.model: t.prices for t in targets.values() if t and t.prices and getattr(t.lm, "model", None)}
