@@ -26,7 +26,9 @@ LINESTYLES = ("-", "--", ":", "-.")
 
 
 def _lines(records, x, ys, group, path, xlabel, ylabel, title):
-    """Rates in [0, 1] against x, one line per (group, y). Markers and dashes differ, so equal lines stay visible."""
+    """Rates in [0, 1] against x, one line per (group, y), with a band for each point's 95% interval where the
+    records give one (`<y>_ci_low`, `<y>_ci_high`). Markers and dashes differ, so equal lines stay visible; the
+    chance floors are grey."""
     fig, ax = plt.subplots(figsize=(6, 4))
     series = defaultdict(list)
     for r in records:
@@ -37,10 +39,18 @@ def _lines(records, x, ys, group, path, xlabel, ylabel, title):
         for y in ys:
             vals = [(r[x], r[y]) for r in rows if r[y] is not None]
             if vals:
-                ax.plot(*zip(*vals), marker=MARKERS[n % len(MARKERS)], linestyle=LINESTYLES[n % len(LINESTYLES)],
-                        markersize=8 - 1.5 * (n % 3), label=f"{name} {y}" if len(ys) > 1 else name)
+                floor = name in FLOOR_METHODS
+                line, = ax.plot(*zip(*vals), marker=MARKERS[n % len(MARKERS)],
+                                linestyle=LINESTYLES[n % len(LINESTYLES)], markersize=8 - 1.5 * (n % 3),
+                                label=f"{name} {y}" if len(ys) > 1 else name,
+                                **({"color": "grey", "alpha": 0.6} if floor else {}))
+                band = [(r[x], r[f"{y}_ci_low"], r[f"{y}_ci_high"]) for r in rows
+                        if r[y] is not None and r.get(f"{y}_ci_low") is not None]
+                if band:
+                    ax.fill_between(*zip(*band), color=line.get_color(), alpha=0.12, linewidth=0)
                 n += 1
-    ax.set(xlabel=xlabel, ylabel=ylabel, title=title, ylim=(-0.02, 1.02))
+    ax.set(xlabel=xlabel, ylabel=ylabel, title=title + "\n(bands: 95% bootstrap interval over instances)",
+           ylim=(-0.02, 1.02))
     ax.set_xticks(sorted({r[x] for r in records}))
     ax.grid(alpha=0.3)
     ax.legend()
@@ -152,9 +162,7 @@ def citations(records, path: Path) -> None:
 
 
 def poolsize(records, path: Path) -> None:
-    for r in records:
-        r["series"] = "tide"
-    _lines(records, "pool_size", ["retrieval_f1"], "series", path, "template pool size", "retrieval F1",
+    _lines(records, "pool_size", ["retrieval_f1"], "method", path, "template pool size", "retrieval F1",
            "F1 against template pool size")
 
 

@@ -385,8 +385,9 @@ def citations_plan(args, library) -> dict:
 
 def poolsize_plan(args, library) -> dict:
     templates = library()
-    return {args.backbone: {pool_name(n): make_program("tide" if n else "iter", args, templates.subset(n))
-                            for n in pool_sizes(args, templates)}}
+    return {args.backbone: {**{m: make_program(m, args) for m in FLOORS},
+                            **{pool_name(n): make_program("tide" if n else "iter", args, templates.subset(n))
+                               for n in pool_sizes(args, templates)}}}
 
 
 def pool_name(n: int) -> str:
@@ -521,10 +522,9 @@ def steps(args, instances, out, lm, judge) -> dict:
 def budget(args, instances, out, lm, judge) -> dict:
     raw = run_plan(args, budget_plan(args, lambda: template_library(args)), instances, out, lm, judge)
     by_id = {i.instance_id: i for i in instances}
-    records = []
-    for name, rows in raw.items():
-        for k, v in analysis.budget_curve(rows, by_id, args.budgets, judge=None).items():
-            records.append({"method": name.split("-T")[0], "budget": k, **{x: round(y, 4) for x, y in v.items()}})
+    records = [{"method": name.split("-T")[0], "budget": k,
+                **tables.rate_fields(at_budget(rows, by_id, k), "retrieval")}
+               for name, rows in raw.items() for k in args.budgets]
     write_csv(out / "budget.csv", records)
     plots.budget(records, out / "budget.png")
     return {}
@@ -534,15 +534,18 @@ def rounds(args, instances, out, lm, judge) -> dict:
     T = args.rounds or args.setting.rounds
     raw = run_plan(args, rounds_plan(args, lambda: template_library(args)), instances, out, lm, judge)
     by_id = {i.instance_id: i for i in instances}
-    records = []
-    for name, rows in raw.items():
-        for k, v in analysis.budget_curve(rows, by_id, range(1, T + 1)).items():
-            records.append(
-                {"method": name, "round": k, "coverage": round(v["coverage"], 4), "precision": round(v["precision"], 4)}
-            )
+    records = [{"method": name, "round": k, **tables.rate_fields(at_budget(rows, by_id, k), "retrieval",
+                                                                 ("coverage", "precision"))}
+               for name, rows in raw.items() for k in range(1, T + 1)]
     write_csv(out / "rounds.csv", records)
     plots.rounds(records, out / "rounds.png")
     return {}
+
+
+def at_budget(rows: list[dict], by_id: dict, k: int) -> list[tuple[str, dict]]:
+    """(instance id, the score of its findings of rounds <= k) per row that did not fail (analysis.score_at_budget)."""
+    return [(r["instance_id"], analysis.score_at_budget(r, by_id[r["instance_id"]], k).model_dump())
+            for r in rows if not r.get("error")]
 
 
 def demos_methods() -> list[str]:
@@ -615,10 +618,14 @@ def citations(args, instances, out, lm, judge) -> dict:
 def poolsize(args, instances, out, lm, judge) -> dict:
     library = template_library(args)
     raw = run_plan(args, poolsize_plan(args, lambda: library), instances, out, lm, judge)
-    records = []
-    for n in pool_sizes(args, library):
-        agg = aggregate([analysis_score(r) for r in raw[pool_name(n)]])
-        records.append({"pool_size": n, **{f"{c}_f1": agg["f1"][c] for c in analysis.COMPONENTS}})
+    sizes = pool_sizes(args, library)
+    # The chance floors have no pool: each is drawn at its one value across the sizes, beside TIDE.
+    series = [("tide", n, raw[pool_name(n)]) for n in sizes] + [(m, n, raw[m]) for m in FLOORS for n in sizes]
+    records = [{"method": name, "pool_size": n,
+                **{f"{c}_{key}": value for c in analysis.COMPONENTS
+                   for key, value in tables.rate_fields([(r["instance_id"], r["score"]) for r in rows], c,
+                                                        ("f1",)).items()}}
+               for name, n, rows in series]
     write_csv(out / "poolsize.csv", records)
     plots.poolsize(records, out / "poolsize.png")
     return {}

@@ -67,6 +67,18 @@ def comparison_records(raw: dict[str, list[dict]], target: str = TARGET) -> list
     return records
 
 
+def rate_fields(scored: list[tuple[str, dict]], component: str, parts=("coverage", "precision", "f1")) -> dict:
+    """For a curve's point: each part of `component` as a rate in [0, 1], the mean over instances of each
+    instance's mean over runs, and its interval (`<part>_ci_low`, `<part>_ci_high`). `scored`: (instance id,
+    score as an InstanceScore's dict) per row."""
+    fields = {}
+    for part in parts:
+        interval = mean_interval(instance_means((i, (s.get(part) or {}).get(component)) for i, s in scored).values())
+        for key, value in ((part, interval.mean), (f"{part}_ci_low", interval.low), (f"{part}_ci_high", interval.high)):
+            fields[key] = None if value is None else round(value, 4)
+    return fields
+
+
 def cost_fields(rows: list[dict]) -> dict:
     """The backbone calls, tokens and dollars behind the rows (rounds and scan), in all and per matched gold
     problem. Dollars are None when no call was priced (a local backbone); cache hits cost nothing."""

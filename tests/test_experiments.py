@@ -104,8 +104,16 @@ def test_budget_compares_the_floors_tide_and_multi(experiments):
     assert {r["method"] for r in experiments.csv("budget.csv")} == {*FLOORS, "tide", "multi"}
 
 
-def test_poolsize_runs_each_pool_size_asked_for(experiments):
-    assert [int(r["pool_size"]) for r in experiments.csv("poolsize.csv")] == [0, 1]
+def test_poolsize_runs_each_pool_size_asked_for_beside_the_floors(experiments):
+    records = experiments.csv("poolsize.csv")
+    assert [int(r["pool_size"]) for r in records if r["method"] == "tide"] == [0, 1]
+    assert {r["method"] for r in records} == {"tide", *FLOORS}
+
+
+def test_the_curves_carry_intervals(experiments):
+    for name, key in (("budget.csv", "f1"), ("rounds.csv", "coverage"), ("poolsize.csv", "retrieval_f1")):
+        records = experiments.csv(name)
+        assert {f"{key}_ci_low", f"{key}_ci_high"} <= set(records[0]), name
 
 
 def test_demos_compares_iter_demos_with_the_floors_and_tide(experiments):
