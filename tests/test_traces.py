@@ -137,3 +137,24 @@ def test_a_compiles_autologging_keeps_the_traces_on(tmp_path, monkeypatch):
         run_id = run.info.run_id
     assert len(lm_spans(run_id)) == 2 == len(lm.history)
     assert not tracing.mlflow_traces_on()
+
+
+def test_an_untracked_compile_traces_every_call_to_jsonl(tmp_path, monkeypatch, capfd):
+    from dspy.clients.base_lm import GLOBAL_HISTORY
+    from routed_lm import FIXTURE_DATA, RoutedLM, fixture_instances
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("TIDE_DATA", str(FIXTURE_DATA))
+    library = tmp_path / "templates.json"
+    library.write_text(json.dumps({"setting": "workspace", "templates": [
+        {"id": "ws-t01", "name": "n", "pattern": "p", "evidence_flow": ["a", "b"]}]}))
+    dspy.configure(lm=RoutedLM(fixture_instances("workspace")))
+    before = GLOBAL_HISTORY[-1]["uuid"] if GLOBAL_HISTORY else None
+    assert main(["compile", "--setting", "workspace", "--backbone", "dummy", "--templates", str(library),
+                 "--no-track", "--rounds", "2", "--opt", "init.breadth=2", "--opt", "init.depth=1", "--traces"]) == 0
+    made = list(GLOBAL_HISTORY)
+    made = made[[e["uuid"] for e in made].index(before) + 1:] if before else made
+    folder = tmp_path / "programs" / "workspace" / "dummy" / "compile" / "traces"
+    records = [json.loads(line) for path in folder.glob("*.jsonl") for line in path.read_text().splitlines()]
+    assert len(records) == len(made) > 0 and "traces: about" in capfd.readouterr().err
+    assert {r["role"] for r in records if r.get("instance_id")} >= {"round"}
