@@ -19,7 +19,7 @@ from dspy.utils.exceptions import LMInvalidRequestError
 
 from tide_dspy.backbones import get_lm
 from tide_dspy.backbones.batch_rules import OPENAI_BATCH
-from tide_dspy.batch import LEDGER, BatchSettings, Collector, Ledger, batch_lm
+from tide_dspy.batch import LEDGER, BatchSettings, Collector, Ledger, batch_judge, batch_lm
 from tide_dspy.data.selection import Selection
 from tide_dspy.domains import get_setting
 from tide_dspy.evaluation import evaluate
@@ -275,11 +275,13 @@ def test_the_ledger_holds_no_key(sim, tmp_path):
 # ---- a whole evaluation ----
 
 class HeldJudge(LLMJudge):
-    """The judge as evaluate runs it with --batch: each rating holds the collector while it waits."""
+    """The judge as evaluate runs it with --batch: batched (batch_judge), each rating holding the collector while
+    it waits."""
 
     def __init__(self, lm, col: Collector):
         super().__init__(lm)
         self.col = col
+        batch_judge(self, col)
 
     def __call__(self, *args, **kwargs):
         with self.col.holding():
@@ -296,7 +298,7 @@ def run_evaluation(sim, provider: str, setting: str, rounds: int, batched: bool,
     lm, judge_lm, col = hosted(sim, provider), hosted(sim, provider), None
     if batched:
         col = collector(window=60)
-        lm, judge_lm = batch_lm(lm, col), batch_lm(judge_lm, col, role="judge")
+        lm = batch_lm(lm, col)
         forward = program.forward
 
         def held(*args, **kwargs):  # what evaluate does with --batch: each instance in flight holds the collector
@@ -370,3 +372,13 @@ def test_a_run_killed_while_its_batch_is_in_flight_resumes_without_sending_it_ag
     assert report["summary"]["backbone"]["resumed"] == len(sent_before) and report["n_failed"] == 0
     rows = [json.loads(r) for r in (out / "results.jsonl").read_text().splitlines()]
     assert rows and all(r["error"] is None and r["findings"] for r in rows)
+
+
+def test_batch_judge_batches_an_llm_judge_and_leaves_the_proxy_judge_alone(sim):
+    from tide_dspy.metrics.judges import ProxyJudge
+
+    with collector() as col:
+        judge = batch_judge(LLMJudge(hosted(sim, "openai")), col)
+        proxy = ProxyJudge()
+        assert batch_judge(proxy, col) is proxy
+    assert judge.lm.tide_batch == "judge"

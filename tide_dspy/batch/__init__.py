@@ -7,7 +7,8 @@ speaks each provider's batch API (LiteLLM's file and batch calls where it has th
 """
 
 from tide_dspy.batch.collector import BatchLineFailed, BatchSettings, Collector
-from tide_dspy.batch.engine import BatchEngine, batch_lm
+from tide_dspy.batch.engine import BatchEngine, batch_judge, batch_lm
 from tide_dspy.batch.ledger import LEDGER, Ledger
 
-__all__ = ["LEDGER", "BatchEngine", "BatchLineFailed", "BatchSettings", "Collector", "Ledger", "batch_lm"]
+__all__ = ["LEDGER", "BatchEngine", "BatchLineFailed", "BatchSettings", "Collector", "Ledger", "batch_judge",
+           "batch_lm"]

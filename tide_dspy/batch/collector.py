@@ -103,11 +103,10 @@ class Collector:
     progress lines (batches in flight, their state and age); by default they are logged."""
 
     def __init__(self, settings: BatchSettings | None = None, ledger: Ledger | None = None,
-                 progress: Callable[[str], None] | None = None, clients: dict | None = None):
+                 progress: Callable[[str], None] | None = None):
         self.settings = settings or BatchSettings()
         self.ledger = ledger or Ledger()
         self.progress = progress or log.info
-        self.clients = clients or CLIENTS
         self.cond = threading.Condition()
         self.queued: dict[Group, list[Pending]] = {}
         self.flights: dict[str, Flight] = {}
@@ -118,10 +117,14 @@ class Collector:
         self._ids = itertools.count(1)
         self._closed = False
         self._last_progress = ("", 0.0)
+        # Batches an earlier session left in flight: polled once a caller of this session asks for one of their
+        # requests (the caller's request says where and as whom to ask).
+        self.resumable: dict[str, tuple[str, str]] = {}  # key -> (batch, custom_id)
         for submitted in self.ledger.in_flight():
             self.flights[submitted.batch] = Flight(submitted.batch, submitted.role, None,
                                                    dict.fromkeys(submitted.lines), dict(submitted.lines),
                                                    state="resumed", resumed=True)
+            self.resumable.update({key: (submitted.batch, custom_id) for custom_id, key in submitted.lines.items()})
         self._thread = threading.Thread(target=self._run, name="tide-batch", daemon=True)
         self._thread.start()
 
@@ -166,9 +169,9 @@ class Collector:
                 self._count(role, "replayed")
                 return LineResult(*answer)
             self._wait_on(pending)
-            flight = next((f for f in self.flights.values() if key in f.keys.values() and f.state != "ended"), None)
-            if flight is not None:  # a resumed run: the request is already in a batch the provider has
-                custom_id = next(c for c, k in flight.keys.items() if k == key)
+            batch, custom_id = self.resumable.pop(key, (None, None))
+            flight = self.flights.get(batch)
+            if flight is not None and flight.state != "ended":  # already in a batch the provider has
                 flight.lines[custom_id] = pending
                 flight.endpoint = flight.endpoint or endpoint
                 self._count(role, "resumed")
@@ -247,7 +250,7 @@ class Collector:
 
     def _submit(self, group: Group, queue: list[Pending]) -> None:
         role, provider = group[0], group[1]
-        client = self.clients[provider]
+        client = CLIENTS[provider]
         for chunk in self._chunks(queue):
             endpoint = chunk[0].endpoint
             lines = {p.key: p for p in chunk}
@@ -263,6 +266,11 @@ class Collector:
                 self._count(role, "batches")
                 self._count(role, "lines", len(chunk))
                 self.batch_ids.setdefault(role, []).append(batch)
+                if self._closed:  # closed meanwhile: the batch is the provider's now, the ledger the next run's
+                    for p in chunk:
+                        self._settle(p, error=BatchLineFailed("the batch collector was closed while this request "
+                                                              "waited"))
+                    continue
                 self.flights[batch] = Flight(batch, role, endpoint, dict(lines), {cid: p.key for cid, p in
                                                                                   lines.items()},
                                              interval=self.settings.poll_initial,
@@ -274,7 +282,7 @@ class Collector:
         transient = status is None or status == 429 or (isinstance(status, int) and status >= 500)
         attempts = max(p.attempts for p in chunk) + 1
         with self.cond:
-            if transient and attempts < self.settings.submit_attempts:
+            if transient and attempts < self.settings.submit_attempts and not self._closed:
                 wait = min(self.settings.poll_max, self.settings.poll_initial * 2 ** attempts)
                 log.warning("%s: creating a batch failed (%s); trying again in %.0f s", chunk[0].endpoint.label,
                             _brief(exc), wait)
@@ -290,7 +298,7 @@ class Collector:
 
     # ---- polling ----
     def _poll(self, flight: Flight) -> None:
-        client = self.clients[flight.endpoint.provider]
+        client = CLIENTS[flight.endpoint.provider]
         try:
             status: Status = client.status(flight.endpoint, flight.batch)
             results = client.results(flight.endpoint, flight.batch) if status.done and not status.failed else {}
@@ -303,6 +311,8 @@ class Collector:
             return
         with self.cond:
             flight.state, flight.finished = status.state, status.finished
+            if self._closed:
+                return
             if not status.done:
                 flight.interval = min(self.settings.poll_max, max(flight.interval, self.settings.poll_initial) * 2)
                 flight.next_poll = time.monotonic() + flight.interval

@@ -175,3 +175,14 @@ def batch_lm(lm, collector: Collector, role: str = "backbone"):
     batched.tide_native_client = True  # DSPy's native client builds every batched request (prompt-cache marks)
     batched.tide_batch = role
     return batched
+
+
+def batch_judge(judge, collector: Collector):
+    """`judge` with its LM batched in role "judge" (its batches counted apart from the backbone's), when it has a
+    hosted LM; a proxy judge, or none, as it is. A batched judge rates an instance's pairs at once
+    (metrics.scoring.rates_pairs_at_once)."""
+    lm = getattr(judge, "lm", None)
+    if lm is None or getattr(lm, "tide_batch", None) is not None:
+        return judge
+    judge.lm = batch_lm(lm, collector, role="judge")
+    return judge

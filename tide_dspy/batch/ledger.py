@@ -104,11 +104,3 @@ class Ledger:
     def in_flight(self) -> list[Submitted]:
         """Batches submitted and not seen to end: their requests are waited for, not sent again."""
         return [b for b in self.batches.values() if b.ended is None]
-
-    def pending_batch(self, key: str) -> tuple[Submitted, str] | None:
-        """(the batch in flight that carries request `key`, its custom_id there), or None."""
-        for batch in self.in_flight():
-            for custom_id, line_key in batch.lines.items():
-                if line_key == key:
-                    return batch, custom_id
-        return None
