@@ -12,6 +12,9 @@ logged (`ProviderSimulator.log`) with the headers it came with, so a test can ch
         sim.base_url("openai")                       # http://127.0.0.1:<port>/openai/v1, for --api-base
         sim.faults.append(Fault(429, count=2, retry_after="1"))
 
+The same server speaks each provider's batch API (testing/batch_sim.py: `sim.batches`), each line answered as the
+same request online would be, with simulated time that a test compresses.
+
 Token counts are estimates (tide_dspy.util.tokens: 4 characters a token): the window rules need no more.
 Prompt caching is simulated too: Anthropic reads a cached prefix only up to a `cache_control` mark; OpenAI, Gemini
 and DashScope report the longest prefix shared with an earlier prompt as cached, as their implicit caches do.
