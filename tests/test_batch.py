@@ -382,3 +382,10 @@ def test_batch_judge_batches_an_llm_judge_and_leaves_the_proxy_judge_alone(sim):
         proxy = ProxyJudge()
         assert batch_judge(proxy, col) is proxy
     assert judge.lm.tide_batch == "judge"
+
+
+def test_a_ledger_line_cut_off_by_a_kill_is_skipped_with_its_line_named(tmp_path, caplog):
+    (tmp_path / LEDGER).write_text('{"event": "answer", "key": "k-0", "batch": "b", "status": 200, "body": "{}"}\n'
+                                   '{"event": "answer", "key": "k-1", "bat')
+    ledger = Ledger.open(tmp_path)
+    assert set(ledger.answers) == {"k-0"} and "line 2" in caplog.text

@@ -63,11 +63,11 @@ class Ledger:
         with self.path.open("rb") as f:
             for n, raw in enumerate(f, 1):
                 try:
-                    event = json.loads(raw)
-                except (json.JSONDecodeError, UnicodeDecodeError):
-                    log.warning("%s: line %d is not valid JSON (an interrupted write?); ignoring it", self.path, n)
-                    continue
-                self._apply(event)
+                    self._apply(json.loads(raw))
+                except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, ValueError, AttributeError):
+                    # A line cut off by a kill, or edited by hand: what it recorded is sent again if asked for.
+                    log.warning("%s: line %d is not a ledger event (an interrupted write?); ignoring it", self.path,
+                                n)
 
     def _apply(self, event: dict) -> None:
         kind = event.get("event")
