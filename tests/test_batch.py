@@ -110,6 +110,13 @@ def test_an_answer_in_dspys_cache_is_not_sent_again(sim):
     assert sum(1 for r in sim.log if r.batch) == 1 and col.summary()["backbone"]["lines"] == 1
 
 
+def test_a_provider_base_variable_is_where_the_batch_goes(sim, monkeypatch):
+    monkeypatch.setenv("OPENAI_BASE_URL", sim.base_url("openai"))  # online, this sends through LiteLLM
+    with collector() as col:
+        answer = batch_lm(get_lm("gpt-5-mini", cache=False), col)("hello")
+    assert isinstance(answer, list) and [j.provider for j in sim.batches.received()] == ["openai"]
+
+
 def test_dashscope_is_refused_with_the_reason(sim):
     with collector() as col, pytest.raises(ValueError, match="LiteLLM"):
         batch_lm(get_lm("qwen-3.6-flash"), col)

@@ -30,9 +30,6 @@ _ROLLOUT: contextvars.ContextVar[str] = contextvars.ContextVar("tide_batch_rollo
 _GEMINI_URL = re.compile(r"^(?P<base>.*)/models/(?P<model>[^/:]+):generateContent$")
 # The online endpoint each provider's chat call goes to, after the base.
 _SUFFIX = {"openai": "/chat/completions", "anthropic": "/messages"}
-# Where a provider's client reads an address from the environment (as DSPy's clients honour them).
-BASE_ENV = {"openai": ("OPENAI_API_BASE", "OPENAI_BASE_URL"), "anthropic": ("ANTHROPIC_API_BASE", "ANTHROPIC_BASE_URL"),
-            "gemini": ("GEMINI_API_BASE", "GEMINI_BASE_URL")}
 
 
 class _RolloutOfCall(BaseCallback):
@@ -146,6 +143,8 @@ class BatchEngine:
 
 def provider_base(lm) -> str | None:
     """Where the LM's online calls go: its api_base, else the provider's base variable, else None (its own)."""
+    from tide_dspy.backbones.registry import BASE_ENV
+
     base = (getattr(lm, "kwargs", None) or {}).get("api_base")
     if base:
         return base
