@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import sys
+import threading
 import types
 
 import dspy
@@ -442,3 +443,26 @@ def test_plain_dicts_may_give_the_action_as_a_string():
     found = as_findings([{"description": "d", "evidence": ["f"], "action": "act_12345678"}])
     assert gold[0].patch == patch and gold[0].action is None
     assert found[0].action.action_id == "act_12345678"
+
+
+class BatchedStubJudge(StubJudge):
+    """A judge whose LM is batched (tide_dspy.batch marks it): every rating blocks until the other pair's has
+    started too, which only happens when the pairs are rated at once."""
+
+    lm = type("BatchedLM", (), {"tide_batch": "judge"})()
+
+    def __init__(self, pairs: int):
+        super().__init__()
+        self.barrier = threading.Barrier(pairs, timeout=60)
+
+    def __call__(self, g, f, setting):
+        self.barrier.wait()  # BrokenBarrierError if the pairs were rated in turn
+        return super().__call__(g, f, setting)
+
+
+def test_a_batched_judge_rates_an_instances_pairs_at_once():
+    golds = [gold("p1", ["a", "b"]), gold("p2", ["c", "d"])]
+    judge = BatchedStubJudge(pairs=2)
+    score = score_instance(golds, [finding(["a", "b"], "one"), finding(["c", "d"], "two")], judge=judge,
+                           setting="workspace")
+    assert sorted(judge.calls) == [("p1", "one"), ("p2", "two")] and score.coverage["identification"] == 1.0

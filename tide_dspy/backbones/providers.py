@@ -16,6 +16,8 @@ import logging
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from tide_dspy.backbones.batch_rules import ANTHROPIC_BATCH, DASHSCOPE_BATCH, GEMINI_BATCH, OPENAI_BATCH, BatchRules
+
 logger = logging.getLogger(__name__)
 
 
@@ -71,6 +73,7 @@ class ProviderRules:
     output_tokens: int | None = None  # max_tokens tide-dspy asks for per call unless told (None: the client's)
     request_options: dict = field(default_factory=dict)  # sent with every request (e.g. DashScope's thinking switch)
     json_fallback: bool = True  # DSPy's JSON-adapter retry of an unparsed answer (a structured-output request)
+    batch: BatchRules | None = None  # the provider's batch API (backbones.batch_rules); None: no batch API
 
     def __post_init__(self):
         if self.schema_dialect not in SCHEMA_DIALECTS:
@@ -109,6 +112,7 @@ OPENAI_GPT5_MINI = ProviderRules(
     # https://platform.openai.com/docs/guides/structured-outputs#supported-schemas: no `default`; 1,000 enum values.
     "openai", context_window=400_000, max_output_tokens=128_000, max_prompt_tokens=272_000,
     accepts_temperature=False, schema_dialect="openai-strict", max_enum_values=1000, output_tokens=16_000,
+    batch=OPENAI_BATCH,
     prices=Prices(0.25, 2.00, 0.025, "https://platform.openai.com/docs/pricing"),
     docs=("https://platform.openai.com/docs/models/gpt-5-mini", "https://platform.openai.com/docs/guides/reasoning",
           "https://platform.openai.com/docs/guides/structured-outputs#supported-schemas",
@@ -121,7 +125,7 @@ ANTHROPIC_SONNET_45 = ProviderRules(
     # https://docs.claude.com/en/docs/build-with-claude/prompt-caching: caches only up to cache_control marks;
     # reads cost 0.1x and writes 1.25x the input price.
     "anthropic", context_window=200_000, max_output_tokens=64_000, schema_dialect="anthropic", accepts_seed=False,
-    max_temperature=1.0, prompt_cache="explicit", output_tokens=16_384,
+    max_temperature=1.0, prompt_cache="explicit", output_tokens=16_384, batch=ANTHROPIC_BATCH,
     prices=Prices(3.00, 15.00, 0.30, "https://docs.claude.com/en/docs/about-claude/pricing", cache_write=3.75),
     docs=("https://docs.claude.com/en/docs/build-with-claude/structured-outputs",
           "https://docs.claude.com/en/docs/build-with-claude/context-windows",
@@ -132,7 +136,7 @@ GEMINI_35_FLASH = ProviderRules(
     # https://ai.google.dev/gemini-api/docs/pricing: $1.50 input, $0.15 cached (implicit caching), $9.00 output.
     # The window is taken as the input limit, prompt and output together: the safe reading for a pre-check.
     "gemini", context_window=1_048_576, max_output_tokens=65_536, max_prompt_tokens=1_048_576,
-    accepts_temperature=False, schema_dialect="gemini", output_tokens=16_384,
+    accepts_temperature=False, schema_dialect="gemini", output_tokens=16_384, batch=GEMINI_BATCH,
     prices=Prices(1.50, 9.00, 0.15, "https://ai.google.dev/gemini-api/docs/pricing"),
     docs=("https://ai.google.dev/gemini-api/docs/gemini-3", "https://ai.google.dev/gemini-api/docs/structured-output",
           "https://ai.google.dev/gemini-api/docs/caching"))
@@ -143,7 +147,7 @@ DASHSCOPE_QWEN_36_FLASH = ProviderRules(
     # The id and limits are resellers' (1M window, 65,536 output); the price is OpenRouter's listing of
     # qwen/qwen3.6-flash in DSPy's price snapshot.
     "dashscope", context_window=1_000_000, max_output_tokens=65_536, schema_dialect="json-object",
-    output_tokens=16_384, request_options={"extra_body": {"enable_thinking": False}},
+    output_tokens=16_384, request_options={"extra_body": {"enable_thinking": False}}, batch=DASHSCOPE_BATCH,
     prices=Prices(0.1875, 1.125, None, "OpenRouter's listing of qwen/qwen3.6-flash in DSPy's price snapshot"),
     docs=("https://www.alibabacloud.com/help/en/model-studio/compatibility-of-openai-with-dashscope",
           "https://www.alibabacloud.com/help/en/model-studio/deep-thinking"))

@@ -205,9 +205,32 @@ def harmonic_mean(a: float, b: float) -> float:
     return 2 * a * b / (a + b) if a + b > 0 else 0.0
 
 
+def rates_pairs_at_once(judge) -> bool:
+    """Whether `judge` rates an instance's pairs all at once: a judge whose LM sends its calls in provider batches
+    (tide_dspy.batch), where each call rated in turn would wait for a batch of its own."""
+    return getattr(getattr(judge, "lm", None), "tide_batch", None) is not None
+
+
+def _verdicts(judge, keys, gold, findings, setting) -> dict[tuple[int, int], Any]:
+    """The judge's verdict on each key, in turn, or all at once (rates_pairs_at_once), each in a copy of the
+    caller's context so the judge's LM settings hold there too."""
+    if judge is None:
+        return {}
+    if not rates_pairs_at_once(judge) or len(keys) < 2:
+        return {(i, j): judge(gold[i], findings[j], setting) for i, j in keys}
+    import contextvars
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=len(keys), thread_name_prefix="tide-judge") as pool:
+        futures = {(i, j): pool.submit(contextvars.copy_context().run, judge, gold[i], findings[j], setting)
+                   for i, j in keys}
+        return {key: future.result() for key, future in futures.items()}
+
+
 def _judge_pairs(keys, gold, findings, matching, judge, setting) -> tuple[dict[tuple[int, int], PairRecord], int]:
     """One PairRecord per distinct (gold, finding) key; the judge is called once per key."""
     pairs, failures = {}, 0
+    verdicts = _verdicts(judge, list(dict.fromkeys(keys)), gold, findings, setting)
     for i, j in keys:
         if (i, j) in pairs:
             continue
@@ -215,7 +238,7 @@ def _judge_pairs(keys, gold, findings, matching, judge, setting) -> tuple[dict[t
             gold_index=i, finding_index=j, problem_id=gold[i].problem_id, retrieval=matching.retrieval[i][j]
         )
         if judge is not None:
-            verdict = judge(gold[i], findings[j], setting)
+            verdict = verdicts[(i, j)]
             record.identification = getattr(verdict, "identification", None)
             record.resolution = getattr(verdict, "resolution", None)
             record.identification_rationale = getattr(verdict, "identification_rationale", "") or ""
