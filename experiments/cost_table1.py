@@ -2,9 +2,9 @@
 
 For each backbone and setting, `run.py table1 --dry-run` is estimated (experiments/run.py `estimate_table1`):
 the paper's Table 1 methods (Single, Multi, TIDE; the chance floors call nothing), `--runs` runs, judged by
-`--judge`, on the shared data's test split. Prices, windows and output limits come from each backbone's rules
-(tide_dspy/backbones/providers.py). "With caching" prices the prompt tokens that repeat an earlier call of the same
-instance and method (TIDE's rounds 2..T, Multi's samples 2..N) at the rules' cached-prompt price, where they list
+`--judge`, on the shared data's test split. Prices, windows and output limits come from LiteLLM's model cost map
+(tide_dspy/cost/prices.py). "With caching" prices the prompt tokens that repeat an earlier call of the same
+instance and method (TIDE's rounds 2..T, Multi's samples 2..N) at the map's cached-prompt price, where it lists
 one. The assumptions behind the output side are in docs/cost.md.
 
     python experiments/cost_table1.py --out experiments/results/cost

@@ -26,7 +26,9 @@ LINESTYLES = ("-", "--", ":", "-.")
 
 
 def _lines(records, x, ys, group, path, xlabel, ylabel, title):
-    """Rates in [0, 1] against x, one line per (group, y). Markers and dashes differ, so equal lines stay visible."""
+    """Rates in [0, 1] against x, one line per (group, y), with a band for each point's 95% interval where the
+    records give one (`<y>_ci_low`, `<y>_ci_high`). Markers and dashes differ, so equal lines stay visible; the
+    chance floors are grey."""
     fig, ax = plt.subplots(figsize=(6, 4))
     series = defaultdict(list)
     for r in records:
@@ -37,10 +39,18 @@ def _lines(records, x, ys, group, path, xlabel, ylabel, title):
         for y in ys:
             vals = [(r[x], r[y]) for r in rows if r[y] is not None]
             if vals:
-                ax.plot(*zip(*vals), marker=MARKERS[n % len(MARKERS)], linestyle=LINESTYLES[n % len(LINESTYLES)],
-                        markersize=8 - 1.5 * (n % 3), label=f"{name} {y}" if len(ys) > 1 else name)
+                floor = name in FLOOR_METHODS
+                line, = ax.plot(*zip(*vals), marker=MARKERS[n % len(MARKERS)],
+                                linestyle=LINESTYLES[n % len(LINESTYLES)], markersize=8 - 1.5 * (n % 3),
+                                label=f"{name} {y}" if len(ys) > 1 else name,
+                                **({"color": "grey", "alpha": 0.6} if floor else {}))
+                band = [(r[x], r[f"{y}_ci_low"], r[f"{y}_ci_high"]) for r in rows
+                        if r[y] is not None and r.get(f"{y}_ci_low") is not None]
+                if band:
+                    ax.fill_between(*zip(*band), color=line.get_color(), alpha=0.12, linewidth=0)
                 n += 1
-    ax.set(xlabel=xlabel, ylabel=ylabel, title=title, ylim=(-0.02, 1.02))
+    ax.set(xlabel=xlabel, ylabel=ylabel, title=title + "\n(bands: 95% bootstrap interval over instances)",
+           ylim=(-0.02, 1.02))
     ax.set_xticks(sorted({r[x] for r in records}))
     ax.grid(alpha=0.3)
     ax.legend()
@@ -57,15 +67,25 @@ def higher_floor(records) -> tuple[str, float]:
     return max(floors.items(), key=lambda kv: kv[1])
 
 
+def interval_errors(records, key: str) -> list[list[float]]:
+    """matplotlib's asymmetric yerr for each record's `key`: the distance to its 95% interval's ends (0 where a
+    record has no interval)."""
+    low = [(r[key] or 0) - r[f"{key}_ci_low"] if r.get(f"{key}_ci_low") is not None else 0 for r in records]
+    high = [r[f"{key}_ci_high"] - (r[key] or 0) if r.get(f"{key}_ci_high") is not None else 0 for r in records]
+    return [low, high]
+
+
 def table1(records, path: Path, title: str) -> None:
+    """Coverage and F1 of each component per method: bars the mean over instances, whiskers the 95% bootstrap
+    interval over instances (experiments/tables.py)."""
     fig, axes = plt.subplots(1, 3, figsize=(13, 4.2), sharey=True)
     methods = [r["method"] for r in records]
     for ax, c in zip(axes, COMPONENTS):
         for j, kind in enumerate(("coverage", "f1")):
             vals = [r[f"{c}_{kind}"] or 0 for r in records]
-            errs = [r[f"{c}_{kind}_std"] or 0 for r in records]
             xs = [i + (j - 0.5) * 0.38 for i in range(len(methods))]
-            bars = ax.bar(xs, vals, width=0.38, yerr=errs, label=kind, color=f"C{j}")
+            bars = ax.bar(xs, vals, width=0.38, yerr=interval_errors(records, f"{c}_{kind}"), capsize=3,
+                          label=kind, color=f"C{j}")
             for bar, m in zip(bars, methods):
                 if m in FLOOR_METHODS:
                     bar.set_hatch("//")
@@ -74,12 +94,12 @@ def table1(records, path: Path, title: str) -> None:
         unjudged = all(r[f"{c}_f1"] is None for r in records)
         ax.set_title(c + (" (not judged)" if unjudged else ""))
         ax.set_xticks(range(len(methods)), methods, rotation=30, ha="right")
-    top = max((r[f"{c}_{kind}"] or 0) + (r[f"{c}_{kind}_std"] or 0)
+    top = max(max(r[f"{c}_{kind}"] or 0, r.get(f"{c}_{kind}_ci_high") or 0)
               for r in records for c in COMPONENTS for kind in ("coverage", "f1"))
     axes[0].set_ylim(0, max(10.0, 1.2 * top))
     axes[0].set_ylabel("percent")
     axes[0].legend(title="hatched: chance floors", title_fontsize=8)
-    fig.suptitle(title)
+    fig.suptitle(title + "\nwhiskers: 95% bootstrap interval over instances")
     _save(fig, path)
 
 
@@ -109,18 +129,22 @@ def rounds(records, path: Path) -> None:
 
 
 def transfer(records, path: Path) -> None:
-    """Table 3's grid: retrieval coverage (percent) of TIDE, inference backbone x template source."""
+    """Table 3's grid: retrieval coverage (percent) of TIDE, inference backbone x template source, each cell with
+    its 95% bootstrap interval over instances."""
     rows = sorted({r["inference"] for r in records})
     cols = sorted({r["templates_from"] for r in records})
-    grid = [[next((r["retrieval_coverage"] or 0 for r in records if r["inference"] == i and r["templates_from"] == s),
-                  0) for s in cols] for i in rows]
-    fig, ax = plt.subplots(figsize=(1.8 + 1.5 * len(cols), 1.5 + 1.0 * len(rows)))
+    by_cell = {(r["inference"], r["templates_from"]): r for r in records}
+    grid = [[(by_cell.get((i, s)) or {}).get("retrieval_coverage") or 0 for s in cols] for i in rows]
+    fig, ax = plt.subplots(figsize=(1.8 + 1.8 * len(cols), 1.5 + 1.0 * len(rows)))
     im = ax.imshow(grid, cmap="viridis")
     ax.set_xticks(range(len(cols)), cols)
     ax.set_yticks(range(len(rows)), rows)
-    for y, row in enumerate(grid):
-        for x, v in enumerate(row):
-            ax.text(x, y, f"{v:.1f}", ha="center", va="center", color="w")
+    for y, i in enumerate(rows):
+        for x, s in enumerate(cols):
+            r = by_cell.get((i, s)) or {}
+            low, high = r.get("retrieval_coverage_ci_low"), r.get("retrieval_coverage_ci_high")
+            interval = "" if low is None else f"\n[{low:.1f}, {high:.1f}]"
+            ax.text(x, y, f"{grid[y][x]:.1f}{interval}", ha="center", va="center", color="w", fontsize=8)
     ax.set(xlabel="templates from", ylabel="inference backbone", title="Template transfer (retrieval coverage, %)")
     fig.colorbar(im)
     _save(fig, path)
@@ -138,9 +162,7 @@ def citations(records, path: Path) -> None:
 
 
 def poolsize(records, path: Path) -> None:
-    for r in records:
-        r["series"] = "tide"
-    _lines(records, "pool_size", ["retrieval_f1"], "series", path, "template pool size", "retrieval F1",
+    _lines(records, "pool_size", ["retrieval_f1"], "method", path, "template pool size", "retrieval F1",
            "F1 against template pool size")
 
 

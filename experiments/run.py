@@ -24,10 +24,17 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from tide_dspy import analysis
+from tide_dspy import analysis, tracing
 from tide_dspy.backbones import LMOptions, describe_lm, lm_context, lm_from_options
 from tide_dspy.backbones.providers import rules_of
-from tide_dspy.cli.options import add_cost_options, add_lm_options, budget_of, overrides_of
+from tide_dspy.cli.options import (
+    add_cost_options,
+    add_lm_options,
+    add_rule_options,
+    add_traces_option,
+    budget_of,
+    overrides_of,
+)
 from tide_dspy.cost.estimate import Estimate, estimate_runs
 from tide_dspy.cost.guard import Guard
 from tide_dspy.cost.prices import money
@@ -46,6 +53,7 @@ from tide_dspy.workflows import ProgramShape, build_method
 
 sys.path.insert(0, str(Path(__file__).parent))
 import plots  # noqa: E402
+import tables  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 # The chance floors every table and curve shows beside the methods (no LM call; see tide_dspy.methods).
@@ -103,9 +111,29 @@ def compiled_program(args, templates: TemplateLibrary | None, T: int, k: int):
                          f"library {[t.id for t in templates.templates]}: pass the library it was compiled with as "
                          "--templates")
     scan = args.focus_size if args.scan else None
-    ProgramShape(rounds=T, per_round=k, max_evidence=args.max_evidence, scan=scan).apply(program)
+    ProgramShape(rounds=T, per_round=k, max_evidence=args.max_evidence, scan=scan, **rules(args)).apply(program)
     program.context_order_seed = args.shuffle_context  # None too: the uncompiled TIDE's order
     return program
+
+
+def rules(args) -> dict:
+    """The departures from the paper's method this run asks for (None: the paper's rule; docs/paper.md)."""
+    return {"stop_on": args.stop_on, "template_names": args.show_template_names, "multi_dedup": args.multi_dedup}
+
+
+def run_settings(args) -> dict:
+    """The method and scoring settings behind this run's numbers, each the paper's rule or a named departure
+    (docs/paper.md): what meta-<experiment>.json records and experiments/paper.py shows."""
+    return {"rounds": args.rounds or args.setting.rounds, "per_round": args.per_round or args.setting.per_round,
+            "template_names": bool(args.show_template_names), "stop_on": args.stop_on or "empty",
+            "multi_dedup": bool(args.multi_dedup), "max_evidence": args.max_evidence or args.setting.max_evidence,
+            "repository_name_in_prompt": True, "judge_rubric": args.judge_rubric, "judge_runs": args.judge_runs}
+
+
+def settings_note(args) -> list[str]:
+    settings = run_settings(args)
+    return ["Settings: " + ", ".join(f"{k} {v}" for k, v in settings.items()) + " (docs/paper.md says which are the "
+            "paper's)."]
 
 
 def make_program(method: str, args, templates: TemplateLibrary | None = None, rounds: int | None = None):
@@ -117,7 +145,7 @@ def make_program(method: str, args, templates: TemplateLibrary | None = None, ro
     # prompts and DSPy's cache answers them once); only the rounds differ.
     scan = args.focus_size if args.scan and method not in FLOORS else None
     shape = ProgramShape(rounds=T, per_round=k, max_evidence=args.max_evidence, shuffle_context=args.shuffle_context,
-                         scan=scan)
+                         scan=scan, **rules(args))
     own = get_method(method).templates
     return build_method(args.setting, method, shape, templates=templates, data=args.data,
                         data_version=args.data_version,
@@ -304,15 +332,17 @@ def for_runs(args, lm):
 
 
 def method_record(method: str, rows: list[dict], args, n_instances: int, **fields) -> dict:
-    """Mean and spread over runs of each component's coverage and F1, in percent; `fields` go before them."""
+    """Each component's coverage and F1 in percent: the mean over instances of each instance's mean over runs,
+    its 95% bootstrap interval over instances (experiments/tables.py), and the spread (SD) over runs of the
+    run means; `fields` go before them."""
     runs = rows_by_run(rows, args.runs, n_instances)
     summary = analysis.summarize_runs([aggregate([analysis_score(row) for row in run]) for run in runs])
     record = {"method": method, "instances": n_instances, "runs": args.runs,
-              "incomplete": sum(1 for run in runs for row in run if row.get("incomplete")), **fields}
+              "incomplete": sum(1 for run in runs for row in run if row.get("incomplete")), **fields,
+              **tables.interval_fields(rows)}
     for c in analysis.COMPONENTS:
         for kind in ("coverage", "f1"):
-            mu, sd = summary[kind][c]
-            record[f"{c}_{kind}"] = None if mu is None else round(100 * mu, 2)
+            sd = summary[kind][c][1]
             record[f"{c}_{kind}_std"] = None if sd is None else round(100 * sd, 2)
     return record
 
@@ -367,8 +397,9 @@ def citations_plan(args, library) -> dict:
 
 def poolsize_plan(args, library) -> dict:
     templates = library()
-    return {args.backbone: {pool_name(n): make_program("tide" if n else "iter", args, templates.subset(n))
-                            for n in pool_sizes(args, templates)}}
+    return {args.backbone: {**{m: make_program(m, args) for m in FLOORS},
+                            **{pool_name(n): make_program("tide" if n else "iter", args, templates.subset(n))
+                               for n in pool_sizes(args, templates)}}}
 
 
 def pool_name(n: int) -> str:
@@ -389,8 +420,12 @@ def table1(args, instances, out, lm, judge, stem: str = "table1") -> dict:
     methods = list(plan[args.backbone])
     raw = run_plan(args, plan, instances, out, lm, judge)
     skipped = window_skipped(out, methods, args.runs, instances)  # left out of `raw`, named under the table
-    records = [method_record(m, raw[m], args, len(instances) - len(skipped), skipped=len(skipped)) for m in methods]
+    records = [method_record(m, raw[m], args, len(instances) - len(skipped), skipped=len(skipped),
+                             **tables.cost_fields(raw[m])) for m in methods]
     write_csv(out / f"{stem}.csv", records)
+    comparisons = tables.comparison_records(raw)
+    if comparisons:
+        write_csv(out / f"{stem}_tests.csv", comparisons)
     by_id = {i.instance_id: i for i in instances}
     write_csv(out / f"{stem}_hygiene.csv", [
         {"method": m, **analysis.output_hygiene(raw[m]),
@@ -398,11 +433,14 @@ def table1(args, instances, out, lm, judge, stem: str = "table1") -> dict:
          "scan_recall_at_focus": (floor_recall(raw[m], by_id, args.focus_size) if m in FLOORS and args.scan
                                   else analysis.scan_recall(raw[m]))} for m in methods])
 
-    lines = [f"| method | {' | '.join(f'{c} cov / F1' for c in analysis.COMPONENTS)} |", "|---|---|---|---|"]
-    for rec in records:
-        cells = [f"{pct_or(rec[f'{c}_coverage'])} / {pct_or(rec[f'{c}_f1'])}" for c in analysis.COMPONENTS]
-        lines.append(f"| {rec['method']} | {' | '.join(cells)} |")
-    lines += ["", *floor_ratios(records), *completeness_notes(records, skipped)]
+    lines = [*tables.method_table(records), ""]
+    if comparisons:
+        lines += [*tables.comparison_table(comparisons), ""]
+    lines += ["Backbone calls behind each method (rounds and scan; the judge's are in raw/<method>/lm_usage.json), "
+              "over every instance and run; a gold problem counts as found when a finding overlaps its evidence:", "",
+              *tables.cost_table(records), "",
+              *floor_ratios(records), *completeness_notes(records, skipped), "",
+              *tables.footnotes(comparisons, args.runs), *settings_note(args)]
     write_text(out / f"{stem}.md", "\n".join(lines) + f"\n\njudge: {getattr(judge, 'label', 'none')}\n")
     plots.table1(records, out / f"{stem}.png",
                  title=f"{args.setting.name} / {args.backbone} / judge: {getattr(judge, 'label', 'none')}")
@@ -496,10 +534,9 @@ def steps(args, instances, out, lm, judge) -> dict:
 def budget(args, instances, out, lm, judge) -> dict:
     raw = run_plan(args, budget_plan(args, lambda: template_library(args)), instances, out, lm, judge)
     by_id = {i.instance_id: i for i in instances}
-    records = []
-    for name, rows in raw.items():
-        for k, v in analysis.budget_curve(rows, by_id, args.budgets, judge=None).items():
-            records.append({"method": name.split("-T")[0], "budget": k, **{x: round(y, 4) for x, y in v.items()}})
+    records = [{"method": name.split("-T")[0], "budget": k,
+                **tables.rate_fields(at_budget(rows, by_id, k), "retrieval")}
+               for name, rows in raw.items() for k in args.budgets]
     write_csv(out / "budget.csv", records)
     plots.budget(records, out / "budget.png")
     return {}
@@ -509,15 +546,18 @@ def rounds(args, instances, out, lm, judge) -> dict:
     T = args.rounds or args.setting.rounds
     raw = run_plan(args, rounds_plan(args, lambda: template_library(args)), instances, out, lm, judge)
     by_id = {i.instance_id: i for i in instances}
-    records = []
-    for name, rows in raw.items():
-        for k, v in analysis.budget_curve(rows, by_id, range(1, T + 1)).items():
-            records.append(
-                {"method": name, "round": k, "coverage": round(v["coverage"], 4), "precision": round(v["precision"], 4)}
-            )
+    records = [{"method": name, "round": k, **tables.rate_fields(at_budget(rows, by_id, k), "retrieval",
+                                                                 ("coverage", "precision"))}
+               for name, rows in raw.items() for k in range(1, T + 1)]
     write_csv(out / "rounds.csv", records)
     plots.rounds(records, out / "rounds.png")
     return {}
+
+
+def at_budget(rows: list[dict], by_id: dict, k: int) -> list[tuple[str, dict]]:
+    """(instance id, the score of its findings of rounds <= k) per row that did not fail (analysis.score_at_budget)."""
+    return [(r["instance_id"], analysis.score_at_budget(r, by_id[r["instance_id"]], k).model_dump())
+            for r in rows if not r.get("error")]
 
 
 def demos_methods() -> list[str]:
@@ -540,18 +580,31 @@ def transfer(args, instances, out, lm, judge) -> dict:
             records.append({"inference": inference, "templates_from": source,
                             **method_record("tide", raw[transfer_name(args, inference, source)], args, n)})
     write_csv(out / "transfer.csv", records)
+    comparisons = []
+    for inference in args.backbones:
+        for source in args.template_sources:
+            cell_raw = {f"tide {inference} with {source}": raw[transfer_name(args, inference, source)],
+                        **{m: raw[m] for m in FLOORS}}
+            comparisons += tables.comparison_records(cell_raw, target=f"tide {inference} with {source}")
+    if comparisons:
+        write_csv(out / "transfer_tests.csv", comparisons)
     cells = {(r["inference"], r["templates_from"]): r for r in records}
-    lines = ["Retrieval coverage / F1 (percent; mean over runs), inference backbone x template source.", "",
+    lines = ["Retrieval coverage / F1 (percent; mean over instances [95% CI]), inference backbone x template "
+             "source.", "",
              f"| inference \\ templates from | {' | '.join(args.template_sources)} |",
              f"|---|{'---|' * len(args.template_sources)}"]
     for inference in args.backbones:
         row = [cells[inference, s] for s in args.template_sources]
         lines.append(f"| {inference} | "
-                     + " | ".join(f"{pct_or(r['retrieval_coverage'])} / {pct_or(r['retrieval_f1'])}" for r in row)
-                     + " |")
+                     + " | ".join(f"{tables.cell(r, 'retrieval_coverage')} / {tables.cell(r, 'retrieval_f1')}"
+                                  for r in row) + " |")
     lines += ["", "Chance floors (no model): " + "; ".join(
-        f"{r['method']} {pct_or(r['retrieval_coverage'])} / {pct_or(r['retrieval_f1'])}" for r in records[:len(FLOORS)])
-              + f". {n} instance(s) x {args.runs} run(s); judge: {getattr(judge, 'label', 'none')}."]
+        f"{r['method']} {tables.cell(r, 'retrieval_coverage')} / {tables.cell(r, 'retrieval_f1')}"
+        for r in records[:len(FLOORS)]) + f". {n} instance(s) x {args.runs} run(s); judge: "
+        f"{getattr(judge, 'label', 'none')}.", ""]
+    for target in dict.fromkeys(c["method"] for c in comparisons):
+        lines += [*tables.comparison_table([c for c in comparisons if c["method"] == target]), ""]
+    lines += [*tables.footnotes(comparisons, args.runs), *settings_note(args)]
     write_text(out / "transfer.md", "\n".join(lines) + "\n")
     plots.transfer([r for r in records if r["method"] == "tide"], out / "transfer.png")
     print("\n".join(lines))
@@ -577,10 +630,14 @@ def citations(args, instances, out, lm, judge) -> dict:
 def poolsize(args, instances, out, lm, judge) -> dict:
     library = template_library(args)
     raw = run_plan(args, poolsize_plan(args, lambda: library), instances, out, lm, judge)
-    records = []
-    for n in pool_sizes(args, library):
-        agg = aggregate([analysis_score(r) for r in raw[pool_name(n)]])
-        records.append({"pool_size": n, **{f"{c}_f1": agg["f1"][c] for c in analysis.COMPONENTS}})
+    sizes = pool_sizes(args, library)
+    # The chance floors have no pool: each is drawn at its one value across the sizes, beside TIDE.
+    series = [("tide", n, raw[pool_name(n)]) for n in sizes] + [(m, n, raw[m]) for m in FLOORS for n in sizes]
+    records = [{"method": name, "pool_size": n,
+                **{f"{c}_{key}": value for c in analysis.COMPONENTS
+                   for key, value in tables.rate_fields([(r["instance_id"], r["score"]) for r in rows], c,
+                                                        ("f1",)).items()}}
+               for name, n, rows in series]
     write_csv(out / "poolsize.csv", records)
     plots.poolsize(records, out / "poolsize.png")
     return {}
@@ -648,7 +705,11 @@ def build_parser() -> argparse.ArgumentParser:
                         help=f"a compiled TIDE program (tide compile's tide.json) for method {COMPILED}")
     parser.add_argument("--shuffle-context", type=int, default=None, metavar="SEED",
                         help="show artifacts in a seeded shuffled order (results go to a -shuffled<SEED> folder)")
-    parser.add_argument("--max-evidence", type=int, default=None, help="the most artifacts a finding may cite")
+    parser.add_argument("--max-evidence", type=int, default=None,
+                        help=f"the most artifacts a finding may cite (default: the setting's, "
+                             f"{per_setting('max_evidence')})")
+    add_rule_options(parser)
+    add_traces_option(parser)
     parser.add_argument("--scan", action="store_true",
                         help="LM methods scan every artifact first and read the most suspect in full (results go to "
                              "a -scan folder)")
@@ -708,6 +769,11 @@ def main(argv=None) -> int:
         print("--runs > 1 at temperature 0 would repeat one sample: using temperature 0.7 for every run")
         lm = for_runs(args, lm)
     judge = make_judge(options.judge_spec(args.judge))
+    if args.traces:
+        plan = merge_plans(PLANS[n](args, lambda source=None: template_library(args, source)) for n in names)
+        programs = [p for backbone in plan.values() for p in backbone.values()]
+        tracing.announce(*tracing.estimate_bytes(programs, instances, args.runs),
+                         "each experiment's MLflow run (raw runs already in OUT/raw are resumed, not traced again)")
     for name in names:
         started = time.time()
         data = locate(args.setting.name, args.data, args.data_version)
@@ -715,10 +781,12 @@ def main(argv=None) -> int:
                   "judge": getattr(judge, "label", "none"), **describe_lm(lm)}
         with tracked_run(f"experiment-{name}", setting=args.setting.name, backbone=args.backbone,
                          params=params) as run:
-            with lm_context(lm):
+            with tracing.traces(args.traces, tracking=run.enabled, folder=out / "traces"), lm_context(lm):
                 metrics = EXPERIMENTS[name](args, instances, out, lm, judge)
             write_meta(out / f"meta-{name}.json", lm, judge, started, {
-                "experiment": name, "split": args.split, "data": data.record(),
+                "experiment": name, "setting": args.setting.name, "split": args.split, "data": data.record(),
+                "runs": args.runs,
+                "settings": run_settings(args),
                 "instances": [i.instance_id for i in instances],
                 "raw_lm_seconds": raw_seconds(out, instances)}, floors_only=args.floors_only)
             run.record(metrics=metrics, files={f: None for f in sorted(out.glob("*.*"))})

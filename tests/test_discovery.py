@@ -104,13 +104,21 @@ def test_rediscoveries_are_merged_and_counted(workspace_instance):
     assert len(out.findings) == 2
 
 
-def test_multi_agent_pools_and_deduplicates(workspace_instance):
+def test_multi_agent_pools_every_finding_duplicates_included(workspace_instance):
     a, b = ws_draft(workspace_instance, 0), ws_draft(workspace_instance, 4)
     lm = DummyLM([{"findings": [a]}, {"findings": [a, b]}, {"findings": [a]}])
     with dspy.context(lm=lm):
         out = MultiAgent("workspace", max_rounds=3, per_round=2)(workspace_instance)
     assert [(r.new, r.rediscovered) for r in out.rounds] == [(1, 0), (1, 1), (0, 1)]
-    assert len(out.findings) == 2
+    assert [f.round for f in out.findings] == [1, 2, 2, 3]  # the pool as the paper scores it
+
+
+def test_multi_agent_dedup_pool_merges_repeats(workspace_instance):
+    a, b = ws_draft(workspace_instance, 0), ws_draft(workspace_instance, 4)
+    lm = DummyLM([{"findings": [a]}, {"findings": [a, b]}, {"findings": [a]}])
+    with dspy.context(lm=lm):
+        out = MultiAgent("workspace", max_rounds=3, per_round=2, dedup_pool=True)(workspace_instance)
+    assert [f.round for f in out.findings] == [1, 2]
 
 
 def test_unknown_evidence_ids_are_dropped_and_counted(workspace_instance):

@@ -78,10 +78,10 @@ def test_table1_lists_the_floors_then_the_methods(experiments):
     assert [r["method"] for r in experiments.csv("table1.csv")] == [*FLOORS, "single", "multi", "iter", "tide"]
 
 
-def test_tide_stops_after_a_round_that_only_rediscovers(experiments):
-    # The same two findings in round 1, re-discovered in round 2.
+def test_tide_goes_on_after_a_round_that_only_rediscovers(experiments):
+    # The same two findings in round 1, re-discovered in rounds 2 and 3: no round is empty, so all T=3 run.
     tide_row = json.loads((experiments.out / "raw" / "tide" / "run0.jsonl").read_text().splitlines()[0])
-    assert [(r["new"], r["rediscovered"]) for r in tide_row["rounds"]] == [(2, 0), (0, 2)]
+    assert [(r["new"], r["rediscovered"]) for r in tide_row["rounds"]] == [(2, 0), (0, 2), (0, 2)]
 
 
 def test_tide_covers_gold_evidence_in_table1(experiments):
@@ -104,8 +104,16 @@ def test_budget_compares_the_floors_tide_and_multi(experiments):
     assert {r["method"] for r in experiments.csv("budget.csv")} == {*FLOORS, "tide", "multi"}
 
 
-def test_poolsize_runs_each_pool_size_asked_for(experiments):
-    assert [int(r["pool_size"]) for r in experiments.csv("poolsize.csv")] == [0, 1]
+def test_poolsize_runs_each_pool_size_asked_for_beside_the_floors(experiments):
+    records = experiments.csv("poolsize.csv")
+    assert [int(r["pool_size"]) for r in records if r["method"] == "tide"] == [0, 1]
+    assert {r["method"] for r in records} == {"tide", *FLOORS}
+
+
+def test_the_curves_carry_intervals(experiments):
+    for name, key in (("budget.csv", "f1"), ("rounds.csv", "coverage"), ("poolsize.csv", "retrieval_f1")):
+        records = experiments.csv(name)
+        assert {f"{key}_ci_low", f"{key}_ci_high"} <= set(records[0]), name
 
 
 def test_demos_compares_iter_demos_with_the_floors_and_tide(experiments):
@@ -140,3 +148,33 @@ def test_table1_meta_names_the_judge_and_the_instances(experiments, repository_i
 def test_table1_meta_times_every_method_run(experiments):
     meta = json.loads((experiments.out / "meta-table1.json").read_text())
     assert set(meta["raw_lm_seconds"]) == {f"{m}/run0" for m in [*FLOORS, "single", "multi", "iter", "tide"]}
+
+
+def test_table1_carries_intervals_tests_and_cost(experiments):
+    table = {r["method"]: r for r in experiments.csv("table1.csv")}
+    assert {"retrieval_f1_ci_low", "retrieval_f1_ci_high", "lm_calls", "cost_usd", "usd_per_matched",
+            "calls_per_matched"} <= set(table["tide"])
+    tests = experiments.csv("table1_tests.csv")
+    assert {r["baseline"] for r in tests} == set(table) - {"tide"}
+    assert all(r["n"] == "1" and r["p"] == "1.0" for r in tests)  # one instance: no test can say anything
+    assert "out of reach" in (experiments.out / "table1.md").read_text()
+
+
+def test_the_table1_figure_draws_each_interval(monkeypatch, tmp_path):
+    import matplotlib.axes
+
+    plots = load_script("plots")
+    drawn = []
+    real_bar = matplotlib.axes.Axes.bar
+
+    def bar(self, x, height, *args, **kwargs):
+        drawn.append(kwargs.get("yerr"))
+        return real_bar(self, x, height, *args, **kwargs)
+
+    monkeypatch.setattr(matplotlib.axes.Axes, "bar", bar)
+    record = {"method": "tide"}
+    for c in ("retrieval", "identification", "resolution"):
+        for kind in ("coverage", "f1"):
+            record.update({f"{c}_{kind}": 40.0, f"{c}_{kind}_ci_low": 30.0, f"{c}_{kind}_ci_high": 55.0})
+    plots.table1([record], tmp_path / "t.png", title="t")
+    assert drawn and all(yerr == [[10.0], [15.0]] for yerr in drawn)

@@ -62,7 +62,7 @@ def test_repository_round_schema_holds_the_handle_enum_and_bounds(repo):
     assert schema["properties"]["findings"]["maxItems"] == 3
     evidence = draft_schema(schema)["properties"]["evidence_ids"]
     assert evidence["items"]["enum"] == list(ContextView.of(repo).handles) == ["F1", "F2", "F3", "F4", "F5", "F6"]
-    assert (evidence["minItems"], evidence["maxItems"]) == (1, 2)
+    assert (evidence["minItems"], evidence["maxItems"]) == (1, 20)  # no gold problem of the sets cites more
 
 
 def test_max_evidence_is_an_option(repo):

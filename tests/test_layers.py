@@ -15,10 +15,11 @@ ROOT = PACKAGE.parent
 # The layers, lowest first: a unit imports only units of lower layers. A new module or subpackage gets a place here.
 LAYERS = [
     {"tide_dspy.util", "tide_dspy.schemas", "tide_dspy.lexical", "tide_dspy.workspace_actions"},
-    {"tide_dspy.signatures", "tide_dspy.abstraction", "tide_dspy.shipped", "tide_dspy.sandbox", "tide_dspy.testing"},
+    {"tide_dspy.signatures", "tide_dspy.abstraction", "tide_dspy.shipped", "tide_dspy.sandbox"},
     {"tide_dspy.cost"},
     {"tide_dspy.backbones"},
-    {"tide_dspy.domains", "tide_dspy.retry", "tide_dspy.refinement"},
+    {"tide_dspy.domains", "tide_dspy.retry", "tide_dspy.refinement", "tide_dspy.tracing", "tide_dspy.batch",
+     "tide_dspy.testing"},
     {"tide_dspy.scan", "tide_dspy.templates", "tide_dspy.tracking", "tide_dspy.data"},
     {"tide_dspy.discovery", "tide_dspy.metrics"},
     {"tide_dspy.methods"},

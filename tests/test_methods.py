@@ -7,8 +7,8 @@ import pytest
 from routed_lm import FIXTURE_DATA
 
 from scripts import load_script
+from tide_dspy.cli.common import selection_of, shape_of
 from tide_dspy.cli.main import build_parser, main
-from tide_dspy.cli.options import selection_of, shape_of
 from tide_dspy.discovery import SingleAgent
 from tide_dspy.domains import SETTINGS
 from tide_dspy.methods import DEMOS, METHODS, Method, get_method, method_of

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import sys
+import threading
 import types
 
 import dspy
@@ -250,25 +251,26 @@ def test_likert_normalisation_and_clamping():
     assert normalise_likert(0) == (0.0, True)
 
 
-def test_llm_judge_parses_normalises_and_uses_its_own_lm():
+def test_likert_judge_parses_normalises_and_uses_its_own_lm():
     backbone = DummyLM([{"rationale": "backbone", "score": "1"}])
     dspy.configure(lm=backbone)
     judge_lm = DummyLM(
         [{"rationale": "same people and cause", "score": "4"}, {"rationale": "same action", "score": "5"}]
     )
-    judge = LLMJudge(judge_lm)
+    judge = LLMJudge(judge_lm, rubric="likert")
     s = score_instance([gold("g1", ["a"])], [finding(["a"])], judge=judge)
     assert s.coverage["identification"] == 0.75 and s.coverage["resolution"] == 1.0
     assert s.pairs[0].identification_rationale == "same people and cause"
-    assert s.judge_label == "llm:dummy" and s.judge_failures == 0
+    assert s.judge_label == "llm:dummy (likert)" and s.judge_failures == 0
     assert len(judge_lm.history) == 2 and len(backbone.history) == 0
     # workspace resolution shows the gold action (id, type, parameters) against the predicted one
     resolution_prompt = judge_lm.history[1]["messages"][-1]["content"]
     assert "send_email [email] parameters" in resolution_prompt
 
 
-def test_llm_judge_clamps_out_of_range_scores():
-    judge = LLMJudge(DummyLM([{"rationale": "very good", "score": "7"}, {"rationale": "bad", "score": "0"}]))
+def test_likert_judge_clamps_out_of_range_scores():
+    judge = LLMJudge(DummyLM([{"rationale": "very good", "score": "7"}, {"rationale": "bad", "score": "0"}]),
+                     rubric="likert")
     verdict = judge(gold("g1", ["a"]), finding(["a"]), "workspace")
     assert verdict.identification == 1.0 and verdict.resolution == 0.0
     assert "clamped" in verdict.identification_rationale
@@ -277,7 +279,7 @@ def test_llm_judge_clamps_out_of_range_scores():
 def test_llm_judge_records_a_parse_failure_and_keeps_scoring():
     g = gold("g1", ["a"])
     g.description = "UNPARSEABLE case"
-    judge = LLMJudge(DummyLM({"UNPARSEABLE": {"rationale": "hm", "score": "excellent"}}))
+    judge = LLMJudge(DummyLM({"UNPARSEABLE": {"rationale": "hm", "score": "excellent"}}), rubric="likert")
     s = score_instance([g], [finding(["a"])], judge=judge)
     assert s.pairs[0].identification is None and s.pairs[0].resolution is None
     assert "failed after 2 attempts" in s.pairs[0].identification_rationale
@@ -290,11 +292,11 @@ def test_llm_judge_retry_recovers():
         [{"rationale": "hm", "score": "n/a"}, {"rationale": "ok", "score": "3"}, {"rationale": "ok", "score": "2"}]
     )
     with dspy.context(adapter=dspy.ChatAdapter(use_json_adapter_fallback=False)):
-        verdict = LLMJudge(lm)(gold("g1", ["a"]), finding(["a"]), "workspace")
+        verdict = LLMJudge(lm, rubric="likert")(gold("g1", ["a"]), finding(["a"]), "workspace")
     assert verdict.identification == 0.5 and verdict.resolution == 0.25 and verdict.failures == 0
 
 
-def test_llm_judge_repository_compares_patches_and_gates_missing_patch():
+def test_likert_judge_repository_compares_patches_and_gates_missing_patch():
     g = GoldProblem(
         problem_id="b1", description="off by one", evidence=["m.py::f"], patch="diff --git a/m.py b/m.py\n-x\n+y\n"
     )
@@ -305,7 +307,7 @@ def test_llm_judge_repository_compares_patches_and_gates_missing_patch():
             {"rationale": "x", "score": "5"},
         ]
     )
-    judge = LLMJudge(lm)
+    judge = LLMJudge(lm, rubric="likert")
     verdict = judge(g, Finding(description="off by one", evidence=["m.py::f"], patch=g.patch), "repository")
     assert verdict.resolution == 1.0 and "diff --git a/m.py" in lm.history[1]["messages"][-1]["content"]
     no_patch = judge(g, Finding(description="off by one", evidence=["m.py::f"]), "repository")
@@ -346,7 +348,10 @@ def test_make_judge(monkeypatch):
     fake = types.ModuleType("tide_dspy.backbones")
     fake.get_lm = lambda name, **kw: DummyLM([])
     monkeypatch.setitem(sys.modules, "tide_dspy.backbones", fake)
-    assert make_judge("gpt-5-mini").label == "llm:dummy"
+    assert make_judge("gpt-5-mini").label == "llm:dummy (probe)"
+    assert make_judge("gpt-5-mini", rubric="likert", runs=3).label == "llm:dummy (likert, 3 runs)"
+    with pytest.raises(ValueError, match="needs an LLM judge"):
+        make_judge("proxy", runs=2)
 
 
 # ---- DSPy metrics ----
@@ -438,3 +443,26 @@ def test_plain_dicts_may_give_the_action_as_a_string():
     found = as_findings([{"description": "d", "evidence": ["f"], "action": "act_12345678"}])
     assert gold[0].patch == patch and gold[0].action is None
     assert found[0].action.action_id == "act_12345678"
+
+
+class BatchedStubJudge(StubJudge):
+    """A judge whose LM is batched (tide_dspy.batch marks it): every rating blocks until the other pair's has
+    started too, which only happens when the pairs are rated at once."""
+
+    lm = type("BatchedLM", (), {"tide_batch": "judge"})()
+
+    def __init__(self, pairs: int):
+        super().__init__()
+        self.barrier = threading.Barrier(pairs, timeout=60)
+
+    def __call__(self, g, f, setting):
+        self.barrier.wait()  # BrokenBarrierError if the pairs were rated in turn
+        return super().__call__(g, f, setting)
+
+
+def test_a_batched_judge_rates_an_instances_pairs_at_once():
+    golds = [gold("p1", ["a", "b"]), gold("p2", ["c", "d"])]
+    judge = BatchedStubJudge(pairs=2)
+    score = score_instance(golds, [finding(["a", "b"], "one"), finding(["c", "d"], "two")], judge=judge,
+                           setting="workspace")
+    assert sorted(judge.calls) == [("p1", "one"), ("p2", "two")] and score.coverage["identification"] == 1.0

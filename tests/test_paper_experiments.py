@@ -78,3 +78,36 @@ def test_run_py_all_writes_every_table_and_figure_at_the_papers_settings(sim, tm
     assert {"retrieval_coverage", "retrieval_f1"} <= set(transfer[0])
     assert [(r["inference"], r["templates_from"]) for r in transfer if r["method"] == "tide"] == [
         ("gpt-5-mini", "gpt-5-mini")]
+
+
+def test_table1_with_two_runs_writes_intervals_paired_tests_and_cost(sim, tmp_path):
+    """Table 1 on the two test workspaces, 2 runs, gpt-5-mini as backbone and PROBE judge: every method's cell has
+    its 95% interval, TIDE has a paired test against every other method (with p, in Markdown and CSV), each
+    method its calls and cost per matched gold problem, and the figure draws the intervals."""
+    out = tmp_path / "out"
+    run = load_script("run")
+    assert run.main(["table1", "--setting", "workspace", "--runs", "2", *hosted(sim), "--templates",
+                     "programs/workspace/local/templates.json", "--out", str(out)]) == 0
+    assert [f"{r.kind} {r.status}: {r.error}" for r in sim.rejected()] == []
+    table = {r["method"]: r for r in rows(out / "table1.csv")}
+    assert list(table) == ["random", "first-listed", "lexical-join", "tfidf", "single", "multi", "iter", "tide"]
+    for r in table.values():
+        for c in ("retrieval", "identification", "resolution"):
+            low, mean, high = (float(r[f"{c}_f1{x}"]) for x in ("_ci_low", "", "_ci_high"))
+            assert low <= mean <= high and r["instances"] == "2" and r["runs"] == "2"
+    assert float(table["tide"]["lm_calls"]) == sum(
+        rd["lm_calls"] for line in (out / "raw" / "tide").glob("run*.jsonl")
+        for row in map(json.loads, line.read_text().splitlines()) for rd in row["rounds"])
+    assert float(table["tide"]["cost_usd"]) > 0 and float(table["tide"]["usd_per_matched"]) > 0
+    assert table["random"]["lm_calls"] == "0"
+    tests = rows(out / "table1_tests.csv")
+    baselines = {r["baseline"] for r in tests if r["metric"] == "retrieval_f1"}
+    assert baselines == set(table) - {"tide"}
+    assert all(0 < float(r["p"]) <= 1 and r["test"].startswith("paired sign-flip") for r in tests)
+    md = (out / "table1.md").read_text()
+    assert "tide against each baseline" in md and ", p " in md and "paired sign-flip permutation test" in md
+    assert "out of reach" in md  # two instances cannot give p < 0.05, and the table says so
+    assert "cost per matched" in md and "judge: llm:" in md and "(probe)" in md
+    meta = json.loads((out / "meta-table1.json").read_text())
+    assert meta["settings"]["stop_on"] == "empty" and meta["settings"]["judge_rubric"] == "probe"
+    assert (out / "table1.png").stat().st_size > 0

@@ -232,7 +232,7 @@ def test_a_baseline_scans_with_the_given_templates_and_rounds_without_them(repo,
     with dspy.context(lm=lm):
         program(repo)
     scan_prompt, round_prompt = (lm.history[i]["messages"][-1]["content"] for i in (0, len(repo.artifacts)))
-    assert "Off by one" in scan_prompt and "Off by one" not in round_prompt
+    assert "a bound one too far" in scan_prompt and "a bound one too far" not in round_prompt
     loaded = load_program(save_program(program, tmp_path / "p.json"))
     assert [t.id for t in loaded.scan_templates] == ["repo-t001"] and loaded.templates == []
 

@@ -15,13 +15,15 @@ import dspy
 from dspy.utils.exceptions import AdapterParseError
 from rapidfuzz import fuzz
 
+from tide_dspy import tracing
 from tide_dspy.backbones.providers import rules_of
-from tide_dspy.cost.usage import entries_since, usage_mark, usage_tokens
+from tide_dspy.cost.prices import prices_of
+from tide_dspy.cost.usage import entries_since, entries_usage, usage_mark, usage_tokens
 from tide_dspy.domains import NO_GUIDANCE, ContextView, Setting, get_setting, render_templates
 from tide_dspy.lexical import linked_groups, tfidf_weights
 from tide_dspy.retry import call_with_retries, describe_error
 from tide_dspy.scan import Ranking, Scanner, ScanRecord, scan_and_rank
-from tide_dspy.schemas import Finding, Instance, RoundRecord, Template
+from tide_dspy.schemas import STOP_RULES, Finding, Instance, RoundRecord, Template
 
 log = logging.getLogger(__name__)
 
@@ -63,8 +65,10 @@ class DiscoveryState:
 class CallOutcome:
     drafts: list = field(default_factory=list)
     lm_calls: int = 0
+    cache_hits: int = 0
     input_tokens: int | None = None
     output_tokens: int | None = None
+    cost_usd: float | None = None
     parse_failures: int = 0
     salvaged: int = 0
     error: str | None = None
@@ -89,6 +93,7 @@ class DiscoveryProgram(dspy.Module):
         scan: bool = False,
         scan_templates: list[Template] | None = None,
         focus_size: int = 8,
+        template_names: bool = False,
     ):
         super().__init__()
         if guidance not in GUIDANCE_KINDS:
@@ -117,6 +122,8 @@ class DiscoveryProgram(dspy.Module):
         self.max_evidence = max_evidence or self.setting.max_evidence
         self.context_order_seed = context_order_seed
         self.focus_size = focus_size
+        # The paper shows a template's pattern and evidence flow only; True also shows its name.
+        self.template_names = template_names
         self.discover = dspy.Predict(self.setting.round_signature)
         # scan=True: rate every artifact first; each round reads the `focus_size` most suspect unfound ones in full.
         self.scanner = Scanner(self.setting) if scan else None
@@ -149,6 +156,7 @@ class DiscoveryProgram(dspy.Module):
             dedup_threshold=self.dedup_threshold,
             max_evidence=self.max_evidence,
             context_order_seed=self.context_order_seed,
+            template_names=self.template_names,
             templates=[t.model_dump() for t in self.templates],
             demos=self.demos,
             # Only a scanning program records its scan settings: a program without a scan has no scan keys in its
@@ -177,7 +185,7 @@ class DiscoveryProgram(dspy.Module):
 
     def guidance_text(self) -> str:
         if self.guidance == "templates":
-            return render_templates(self.templates)
+            return render_templates(self.templates, self.template_names)
         if self.guidance == "demos":
             return "\n\n".join(self.demos)
         return NO_GUIDANCE
@@ -189,7 +197,7 @@ class DiscoveryProgram(dspy.Module):
 
     def scan_guidance(self) -> str:
         """The rendered templates the scan rates each artifact against (the scan's own, else the program's)."""
-        return render_templates(self.scan_templates or self.templates)
+        return render_templates(self.scan_templates or self.templates, self.template_names)
 
     def ranking(self, instance: Instance, on_scan=None, on_progress=None) -> tuple[Ranking | None, ScanRecord | None]:
         """The scan's ranking of the instance's artifacts (None, None without scan); `on_scan(record)` hears of it
@@ -197,8 +205,9 @@ class DiscoveryProgram(dspy.Module):
         if self.scanner is None:
             return None, None
         warn_hosted_scan(self.scanner.rate.lm or dspy.settings.lm, len(instance.artifacts))
-        ranking, record = scan_and_rank(self.scanner, instance, self.view(instance), self.scan_guidance(),
-                                        self.context_order_seed, self.focus_size, on_progress)
+        with tracing.scope(instance_id=instance.instance_id, role="scan"):
+            ranking, record = scan_and_rank(self.scanner, instance, self.view(instance), self.scan_guidance(),
+                                            self.context_order_seed, self.focus_size, on_progress)
         if on_scan:
             on_scan(record)
         return ranking, record
@@ -255,6 +264,9 @@ class DiscoveryProgram(dspy.Module):
         entries = entries_since(lm, mark)
         out.lm_calls = len(entries)
         out.input_tokens, out.output_tokens = usage_tokens(entries)
+        billed = [e for e in entries if not tracing.is_cache_hit(e)]
+        out.cache_hits = len(entries) - len(billed)
+        out.cost_usd = entries_usage(billed, getattr(lm, "model", ""), prices_of(lm))["cost_usd"]
         return out
 
     def run_round(self, instance: Instance, state: DiscoveryState, round_no: int, max_new: int,
@@ -262,14 +274,15 @@ class DiscoveryProgram(dspy.Module):
                   focus: list[str] | None = None) -> tuple[DiscoveryState, RoundRecord]:
         t0 = time.perf_counter()
         view = self.view(instance, focus)
-        out = self.call_round(instance, view, list(state.findings), max_new, rollout, temperature, focus)
+        with tracing.scope(instance_id=instance.instance_id, round=round_no, role="round"):
+            out = self.call_round(instance, view, list(state.findings), max_new, rollout, temperature, focus)
         cleaned = [self.setting.clean(d, instance, round_no, view) for d in out.drafts]
         findings, hygiene = [f for f, _ in cleaned], [h for _, h in cleaned]
         dropped = [i for h in hygiene for i in h.dropped_ids]
         next_state, new, rediscovered = state.extend(findings, self.dedup_threshold)
         record = RoundRecord(
-            round=round_no, new=new, rediscovered=rediscovered, lm_calls=out.lm_calls,
-            input_tokens=out.input_tokens, output_tokens=out.output_tokens,
+            round=round_no, new=new, rediscovered=rediscovered, lm_calls=out.lm_calls, cache_hits=out.cache_hits,
+            input_tokens=out.input_tokens, output_tokens=out.output_tokens, cost_usd=out.cost_usd,
             parse_failures=out.parse_failures, salvaged=out.salvaged,
             dropped_evidence=len(dropped), dropped_ids=dropped[:DROPPED_IDS_KEPT],
             aliased_evidence=sum(h.aliased for h in hygiene), flagged=sum(bool(h.flags) for h in hygiene),
@@ -295,8 +308,29 @@ def warn_hosted_scan(lm, artifacts: int) -> None:
 class TIDE(DiscoveryProgram):
     """Iterative discovery: round t sees what rounds < t found and adds up to `per_round` new findings.
 
-    guidance="templates" is TIDE; "none" is the Iter-only ablation; "demos" is Iter + Demos.
+    guidance="templates" is TIDE; "none" is the Iter-only ablation; "demos" is Iter + Demos. The loop ends after
+    `max_rounds`, on a round whose LM call aborted, and (`stop_on`, STOP_RULES) on a round that returned no finding
+    ("empty", the paper's rule) or on one that added nothing new ("no-new"). A round whose output could not be
+    parsed ends nothing.
     """
+
+    def __init__(self, setting: str | Setting, stop_on: str = "empty", **kwargs):
+        super().__init__(setting, **kwargs)
+        if stop_on not in STOP_RULES:
+            raise ValueError(f"stop_on must be one of {STOP_RULES}, got {stop_on!r}")
+        self.stop_on = stop_on
+
+    def config(self) -> dict:
+        return {**super().config(), "stop_on": self.stop_on}
+
+    def stops_after(self, record: RoundRecord) -> bool:
+        """Whether the loop ends after this round (see the class docstring)."""
+        if record.aborted:
+            return True
+        if record.failed:
+            return False
+        returned = record.new + record.rediscovered
+        return returned == 0 if self.stop_on == "empty" else record.new == 0
 
     def call_plan(self) -> list[tuple[int, int]]:
         """Round t is told of the (t - 1) x k findings before it."""
@@ -314,7 +348,7 @@ class TIDE(DiscoveryProgram):
             rounds.append(record)
             if on_round:
                 on_round(record)
-            if record.aborted or (record.new == 0 and not record.failed):
+            if self.stops_after(record):
                 break
         return dspy.Prediction(findings=list(state.findings), rounds=rounds, scan=scan)
 
@@ -342,18 +376,24 @@ class SingleAgent(DiscoveryProgram):
 
 
 class MultiAgent(DiscoveryProgram):
-    """`max_rounds` independent calls with no shared state; findings are pooled and de-duplicated.
+    """`max_rounds` independent calls with no shared state; their findings are pooled.
+
+    The pool keeps every call's findings, re-found ones included, as the paper scores Multi-Agent (the metric
+    credits one finding per gold problem, so a duplicate counts against precision); `dedup_pool=True` (our
+    departure, `--multi-dedup`) merges repeats before scoring. Either way each call's record counts its new and
+    re-found findings against the calls before it.
 
     Each call is a separate sample (own rollout id and seed, and `temperature`), so the calls are not cache copies.
     A provider that takes only its default temperature (a reasoning model, Gemini 3: backbones.providers) is sent
     none: its samples differ by rollout id and seed."""
 
-    def __init__(self, setting: str | Setting, temperature: float = 0.7, **kwargs):
+    def __init__(self, setting: str | Setting, temperature: float = 0.7, dedup_pool: bool = False, **kwargs):
         super().__init__(setting, **kwargs)
         self.temperature = temperature
+        self.dedup_pool = dedup_pool
 
     def config(self) -> dict:
-        return {**super().config(), "temperature": self.temperature}
+        return {**super().config(), "temperature": self.temperature, "dedup_pool": self.dedup_pool}
 
     def call_plan(self) -> list[tuple[int, int]]:
         """Every sample starts from nothing found."""
@@ -361,18 +401,20 @@ class MultiAgent(DiscoveryProgram):
 
     def forward(self, case: Instance, on_round=None, on_scan=None, on_progress=None) -> dspy.Prediction:
         ranking, scan = self.ranking(case, on_scan, on_progress)
-        pooled, rounds = DiscoveryState(), []
+        pooled, every, rounds = DiscoveryState(), [], []
         for t in range(1, self.max_rounds + 1):
             # Every call starts from the empty state; only the pooling sees earlier calls.
             call_state, record = self.run_round(case, DiscoveryState(), t, self.per_round, rollout=t,
                                                 temperature=self.temperature, focus=self.focus(ranking, []))
             pooled, record.new, record.rediscovered = pooled.extend(list(call_state.findings), self.dedup_threshold)
+            every += call_state.findings
             rounds.append(record)
             if on_round:
                 on_round(record)
             if record.aborted:
                 break
-        return dspy.Prediction(findings=list(pooled.findings), rounds=rounds, scan=scan)
+        findings = list(pooled.findings) if self.dedup_pool else every
+        return dspy.Prediction(findings=findings, rounds=rounds, scan=scan)
 
 
 class ChanceBaseline(DiscoveryProgram):

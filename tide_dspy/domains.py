@@ -33,6 +33,7 @@ from tide_dspy.util.text import cap_finding
 from tide_dspy.workspace_actions import ACTION_TYPES
 
 NO_GUIDANCE = "(none)"
+UNNAMED_REPOSITORY = "(not named)"  # the repository prompt's name for an instance whose record names none
 
 # Short handles name artifacts in prompts and in the output schema: a kind letter and the position among the
 # artifacts of that kind as shown (F12, E3). They keep enums small (hosted structured outputs cap enum sizes,
@@ -88,13 +89,17 @@ class Hygiene:
     flags: tuple[str, ...] = ()
 
 
-def render_templates(templates: list[Template]) -> str:
+def render_templates(templates: list[Template], names: bool = False) -> str:
+    """The library as a round (or the scan) shows it: each template's id, pattern and evidence flow, as the paper
+    exposes them at inference. The id is what a finding cites (`used_template_id`); `names` also shows each
+    template's name (our departure, `--show-template-names`)."""
     if not templates:
         return NO_GUIDANCE
     blocks = []
     for t in templates:
         flow = "\n".join(f"  {i}. {step}" for i, step in enumerate(t.evidence_flow, 1))
-        blocks.append(f"[{t.id}] {t.name}\n pattern: {t.pattern}\n evidence flow:\n{flow}")
+        head = f"[{t.id}] {t.name}" if names else f"[{t.id}]"
+        blocks.append(f"{head}\n pattern: {t.pattern}\n evidence flow:\n{flow}")
     return "\n\n".join(blocks)
 
 
@@ -199,8 +204,9 @@ class Setting(ABC):
     scan_signature: ClassVar[type[dspy.Signature]]
     distill_signature: ClassVar[type[dspy.Signature]]
     draft_type: ClassVar[type[BaseModel]]
-    # The most evidence ids a finding may cite (the gold problems cite 1-2 functions or 3-4 workspace items),
-    # and the evidence size of the chance baselines.
+    # The most evidence ids a finding may cite: a bound in the output schema that no gold problem of the setting's
+    # sets exceeds, so no problem is out of reach (the paper's prompt sets none). `typical_evidence` is the
+    # evidence size of the chance floors.
     max_evidence: ClassVar[int]
     typical_evidence: ClassVar[int]
     # The paper's loop shape (T rounds of k findings) and the ranges `tide tune` searches around it.
@@ -217,6 +223,9 @@ class Setting(ABC):
     uncited_template_note: ClassVar[str] = ""
     # The field of a shared-data record that holds the artifacts: its presence marks a record of this setting.
     record_key: ClassVar[str]
+    # The details an LLM judge on PROBE's rubric checks a finding's description for (essential and secondary
+    # verdict fields: metrics.judges.detail_fields).
+    identification_details: ClassVar[type[dspy.Signature]] = sig.JudgeProblemDetails
 
     REQUIRED: ClassVar[tuple[str, ...]] = (
         "name", "round_signature", "scan_signature", "distill_signature", "draft_type", "max_evidence",
@@ -423,7 +432,7 @@ class WorkspaceSetting(Setting):
     scan_signature = sig.ScanWorkspaceItem
     distill_signature = sig.DistillWorkspaceTemplate
     draft_type = WorkspaceFindingDraft
-    max_evidence = 4
+    max_evidence = 4  # the workspace sets' gold problems cite 2 to 4 items
     typical_evidence = 3
     rounds, per_round = 10, 1
     tuning_ranges = {"max_rounds": (1, 10), "per_round": (1, 3)}
@@ -572,7 +581,9 @@ class RepositorySetting(Setting):
     scan_signature = sig.ScanFunction
     distill_signature = sig.DistillRepositoryTemplate
     draft_type = CodeFindingDraft
-    max_evidence = 2
+    # The repository sets' gold problems cite 1 to 20 functions (test: 209 of 251 cite 1-2, 42 cite 3-20; train:
+    # at most 13), so a bound below 20 puts some problems out of reach.
+    max_evidence = 20
     typical_evidence = 2
     rounds, per_round = 3, 3
     tuning_ranges = {"max_rounds": (1, 5), "per_round": (1, 5)}
@@ -581,6 +592,7 @@ class RepositorySetting(Setting):
     checks_patches = True
     uncited_template_note = " (template-novel)"
     record_key = "candidates"
+    identification_details = sig.JudgeBugDetails
     RECORD_KEYS = ("instance_id", "split", "repo", "anchor_commit", "problems")
     META_KEYS = ("anchor_date", "num_problems", "num_candidates", "num_buggy_functions")
     CANDIDATE_KEYS = ("path", "qualname", "start_line", "end_line", "code")
@@ -649,6 +661,7 @@ class RepositorySetting(Setting):
 
     def round_inputs(self, instance, view, guidance, found, max_new, focus=None):
         return dict(
+            repository=instance.repo or UNNAMED_REPOSITORY,
             context=self.render_context(instance, view, focus),
             templates=guidance,
             max_new=max_new,

@@ -30,7 +30,7 @@ import dspy
 from pydantic import BaseModel, ConfigDict
 from tqdm.auto import tqdm
 
-from tide_dspy import metrics
+from tide_dspy import metrics, tracing
 from tide_dspy.backbones import lm_context
 from tide_dspy.cost.guard import Budget, Guard, Spend
 from tide_dspy.cost.prices import Overrides
@@ -55,6 +55,9 @@ class EvaluationSummary(BaseModel):
     n_instances: int
     judge: str
     judge_failures: int = 0
+    # With --judge-runs N > 1: the mean over instances of the judge's standard deviation over its N runs, per part
+    # (coverage, f1) and judged component (metrics.InstanceScore.judge_spread).
+    judge_spread: dict | None = None
     method: str
     n_run: int = 0
     n_resumed: int = 0
@@ -174,7 +177,12 @@ def program_hash(program) -> str:
     return sha256_hex(json.dumps(state, sort_keys=True, default=str))
 
 
-def _run_one(program, instance: Instance, judge, on_round) -> dict:
+def _run_one(program, instance: Instance, judge, on_round, method: str | None = None) -> dict:
+    with tracing.scope(instance_id=instance.instance_id, method=method):
+        return _run_scoped(program, instance, judge, on_round)
+
+
+def _run_scoped(program, instance: Instance, judge, on_round) -> dict:
     t0 = time.perf_counter()
     findings, rounds, error, scan = [], [], None, None
     try:
@@ -189,7 +197,8 @@ def _run_one(program, instance: Instance, judge, on_round) -> dict:
         error = describe_error(exc)
         log.warning("instance %s failed: %s\n%s", instance.instance_id, error, traceback.format_exc())
     # A failed instance scores as finding nothing: an error never raises a score.
-    score = metrics.score_instance(instance.problems, findings, judge=judge, setting=instance.setting)
+    with tracing.scope(role="judge"):
+        score = metrics.score_instance(instance.problems, findings, judge=judge, setting=instance.setting)
     row = dict(
         findings=[f.model_dump() for f in findings],
         rounds=[r.model_dump() for r in rounds],
@@ -242,8 +251,9 @@ def resume_plan(rows: dict[str, dict]) -> tuple[dict[str, dict], dict[str, dict]
 def rejudged_row(row: dict, instance: Instance, judge) -> dict:
     """The row with its findings judged again (no backbone call): for rows whose judge calls failed."""
     t0 = time.perf_counter()
-    score = metrics.score_instance(instance.problems, row.get("findings") or [], judge=judge,
-                                   setting=instance.setting)
+    with tracing.scope(instance_id=instance.instance_id, role="judge"):
+        score = metrics.score_instance(instance.problems, row.get("findings") or [], judge=judge,
+                                       setting=instance.setting)
     new = {**row, "score": score.model_dump(), "rejudge_seconds": round(time.perf_counter() - t0, 3)}
     new["incomplete"] = incomplete_reasons(new) or None
     return new
@@ -278,7 +288,7 @@ def check_workers(workers: int, lm) -> int:
     return workers
 
 
-def _work(program, judge, bar, guard: Guard, rejudge: dict[str, dict]):
+def _work(program, judge, bar, guard: Guard, rejudge: dict[str, dict], method: str | None = None):
     """What is done with one instance: judged again (a row whose judge failed) or run; None when the budget
     does not let it start."""
     def on_round_for(instance_id):
@@ -294,7 +304,7 @@ def _work(program, judge, bar, guard: Guard, rejudge: dict[str, dict]):
             if earlier is not None:
                 return rejudged_row(earlier, instance, judge)
             return {"instance_id": instance.instance_id,
-                    **_run_one(program, instance, judge, on_round_for(instance.instance_id))}
+                    **_run_one(program, instance, judge, on_round_for(instance.instance_id), method)}
         finally:
             guard.release(instance.instance_id)
     return work
@@ -420,7 +430,7 @@ def evaluate(
             append_row(out_path, rows[instance_id])
         runnable = [i for i in todo if i.instance_id not in skips]
         bar.total = len(runnable)
-        for row in _run_all(_work(program, judge, bar, guard, rejudge), runnable, workers, bar, run_lm,
+        for row in _run_all(_work(program, judge, bar, guard, rejudge, method), runnable, workers, bar, run_lm,
                             marks["backbone"]):
             if row is None:
                 continue
@@ -554,6 +564,10 @@ def format_table(result: EvaluationSummary) -> str:
         lines.append(f"| {c} | " + " | ".join("-" if v is None else f"{100 * v:.2f}" for v in cells) + " |")
     lines.append(f"\n{result.n_instances} instances, judge: {result.judge}, "
                  f"failed: {result.n_failed}, resumed: {result.n_resumed}")
+    if result.judge_spread:
+        lines.append("judge spread (SD over its runs, mean over instances): " + ", ".join(
+            f"{c} {part} {100 * result.judge_spread[part][c]:.2f}" for c in metrics.scoring.JUDGED_COMPONENTS
+            for part in ("coverage", "f1")))
     lines += run_notes(result)
     return "\n".join(lines)
 

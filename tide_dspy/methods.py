@@ -66,7 +66,7 @@ class Method:
 METHODS: dict[str, Method] = {m.name: m for m in (
     Method("tide", "TIDE", "templates", "template-guided iterative discovery"),
     Method("single", "SingleAgent", summary="one call that returns every finding at once (at most T·k)"),
-    Method("multi", "MultiAgent", summary="T independent calls of k findings, pooled and de-duplicated"),
+    Method("multi", "MultiAgent", summary="T independent calls of k findings, pooled (duplicates kept for scoring)"),
     Method("iter", "TIDE", summary="the Iter-only ablation: iterative rounds without templates"),
     Method("iter-demos", "TIDE", "demos", f"Iter + Demos: {DEMOS} raw solved train examples in the template slot"),
     Method("random", "RandomBaseline", summary="a chance floor: T·k findings of random artifacts", floor=True),

@@ -17,7 +17,7 @@ from tide_dspy.data.records import describe_record_error
 from tide_dspy.discovery import DiscoveryProgram
 from tide_dspy.domains import Setting
 from tide_dspy.methods import get_method, method_of
-from tide_dspy.schemas import Template
+from tide_dspy.schemas import STOP_RULES, Template
 from tide_dspy.util.jsonio import read_json_file
 from tide_dspy.util.safe_write import write_text
 from tide_dspy.util.secrets import scrub_secrets
@@ -33,8 +33,12 @@ CONFIG_BOUNDS: dict[str, tuple[float, float]] = {
 }
 # Seeds: any integer, or null for none.
 SEED_KEYS = ("context_order_seed", "seed")
+# Switches: true or false.
+FLAG_KEYS = ("template_names", "dedup_pool")
+# Words: one of a fixed set.
+CHOICE_KEYS: dict[str, tuple[str, ...]] = {"stop_on": STOP_RULES}
 CONFIG_KEYS = frozenset({"kind", "setting", "guidance", "templates", "demos", "scan", "scan_templates", *CONFIG_BOUNDS,
-                         *SEED_KEYS})
+                         *SEED_KEYS, *FLAG_KEYS, *CHOICE_KEYS})
 STATE_KEYS = frozenset({"metadata", "tide_config", "tide_extra"})
 
 
@@ -143,6 +147,12 @@ def check_config(config, path: Path) -> dict:
         value = config.get(key)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
             raise ValueError(f"{path}: tide_config.{key} = {value!r} must be an integer or null; {fix}")
+    for key in FLAG_KEYS:
+        if key in config and not isinstance(config[key], bool):
+            raise ValueError(f"{path}: tide_config.{key} = {config[key]!r} must be true or false; {fix}")
+    for key, choices in CHOICE_KEYS.items():
+        if key in config and config[key] not in choices:
+            raise ValueError(f"{path}: tide_config.{key} = {config[key]!r} must be one of {list(choices)}; {fix}")
     for key in ("templates", "demos"):
         if not isinstance(config.get(key, []), list):
             raise ValueError(f"{path}: tide_config.{key} must be a list; {fix}")

@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 import json
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 ArtifactKind = Literal["email", "calendar", "document", "function"]
+# When TIDE's loop ends early: "empty" (the paper's rule) on a round that returns no finding; "no-new" also on a
+# round whose findings all repeat earlier ones (discovery.TIDE).
+StopRule = Literal["empty", "no-new"]
+STOP_RULES: tuple[str, ...] = get_args(StopRule)
+# How an LLM judge rates a matched pair: "probe", PROBE's two-tier 1 / 0.5 / 0 scale (the paper's), or "likert",
+# a 1-5 rating mapped to (s - 1) / 4 (metrics.judges).
+JudgeRubric = Literal["probe", "likert"]
+JUDGE_RUBRICS: tuple[str, ...] = get_args(JudgeRubric)
 
 
 class Artifact(BaseModel):
@@ -136,14 +144,17 @@ class Template(BaseModel):
 
 
 class RoundRecord(BaseModel):
-    """What one discovery round did. Tokens are None when the LM does not report them."""
+    """What one discovery round did. Tokens are None when the LM does not report them; the cost is None when
+    neither the provider nor the backbone's prices give one, and leaves out calls DSPy's cache answered."""
 
     round: int
     new: int = 0
     rediscovered: int = 0
     lm_calls: int = 0
+    cache_hits: int = 0  # of lm_calls, answered by DSPy's cache (no tokens billed)
     input_tokens: int | None = None
     output_tokens: int | None = None
+    cost_usd: float | None = None
     parse_failures: int = 0
     salvaged: int = 0  # complete findings kept from an answer that failed to parse as a whole
     dropped_evidence: int = 0

@@ -40,6 +40,7 @@ class RepositoryRound(dspy.Signature):
     no template is allowed (leave used_template_id empty). Report the `max_new` most likely bugs that are
     NOT already in `already_found`; return an empty list only when every bug you can see is already there."""
 
+    repository: str = dspy.InputField(desc="the repository the functions come from")
     context: str = dspy.InputField(desc="candidate functions, each headed by its id, path and line numbers")
     templates: str = dspy.InputField(desc="thought templates (or solved examples) describing bug patterns")
     max_new: int = dspy.InputField(desc="the most new bugs to report in this answer")
@@ -111,6 +112,90 @@ class DistillRepositoryTemplate(dspy.Signature):
 
 
 # ---- judges ----
+# PROBE's rubric (the paper's, `--judge-rubric probe`): the judge says whether each detail of the reference is
+# right in the prediction, and the code turns those verdicts into 1 / 0.5 / 0 (metrics.judges.probe_score). The
+# Likert rubric (`--judge-rubric likert`) asks for one 1-5 rating instead.
+
+Verdict = Literal["correct", "incorrect", "missing"]
+# A secondary detail the reference does not state is "not_stated": it cannot be got wrong.
+SecondaryVerdict = Literal["correct", "incorrect", "missing", "not_stated"]
+Judgment = Literal["correct", "partially_correct", "incorrect"]
+
+
+class JudgeProblemDetails(dspy.Signature):
+    """Check a predicted problem description against the reference problem of a person's workspace, detail by
+    detail. Essential details must be exact for any credit: who is blocked (the named person or team, not a
+    role), who or what blocks them (named), the task or deliverable at stake (named as the reference names it),
+    and the root cause (the true reason, not a symptom). Secondary details: the deadline or dates, the system or
+    tool involved, the mechanism (how the blockage works), and the impact (what else it holds up). For each
+    detail say whether the prediction gets it right, gets it wrong, or leaves it out (vague counts as missing);
+    a secondary detail the reference does not state is not_stated."""
+
+    reference: str = dspy.InputField(desc="the reference problem description")
+    prediction: str = dspy.InputField(desc="the predicted problem description")
+    rationale: str = dspy.OutputField(desc="one or two sentences on which details match and which do not")
+    who_blocked: Verdict = dspy.OutputField(desc="essential: the person or team that is blocked")
+    who_blocks: Verdict = dspy.OutputField(desc="essential: the person, team or thing that blocks them")
+    task: Verdict = dspy.OutputField(desc="essential: the task or deliverable at stake")
+    root_cause: Verdict = dspy.OutputField(desc="essential: why the task is blocked")
+    deadline: SecondaryVerdict = dspy.OutputField(desc="secondary: the deadline or dates")
+    system: SecondaryVerdict = dspy.OutputField(desc="secondary: the system or tool involved")
+    mechanism: SecondaryVerdict = dspy.OutputField(desc="secondary: how the blockage works")
+    impact: SecondaryVerdict = dspy.OutputField(desc="secondary: what else the problem holds up")
+
+
+class JudgeBugDetails(dspy.Signature):
+    """Check a predicted bug description against the reference bug report of a Python repository, detail by
+    detail. Essential details must be exact for any credit: the faulty behaviour (what goes wrong: a wrong
+    value, an exception, a missing effect), where it is (the function, method or component at fault), the
+    trigger (the input or condition that brings it out), and the root cause (the mistake in the code, not the
+    symptom). Secondary details: the symptom as a user sees it (message, traceback, output), an example that
+    reproduces it, the mechanism (how the mistake leads to the behaviour), and the impact (what else it breaks).
+    For each detail say whether the prediction gets it right, gets it wrong, or leaves it out (vague counts as
+    missing); a secondary detail the reference does not state is not_stated."""
+
+    reference: str = dspy.InputField(desc="the reference bug report")
+    prediction: str = dspy.InputField(desc="the predicted bug description")
+    rationale: str = dspy.OutputField(desc="one or two sentences on which details match and which do not")
+    behaviour: Verdict = dspy.OutputField(desc="essential: what goes wrong")
+    location: Verdict = dspy.OutputField(desc="essential: the function, method or component at fault")
+    trigger: Verdict = dspy.OutputField(desc="essential: the input or condition that brings the bug out")
+    root_cause: Verdict = dspy.OutputField(desc="essential: the mistake in the code")
+    symptom: SecondaryVerdict = dspy.OutputField(desc="secondary: the message, traceback or output a user sees")
+    example: SecondaryVerdict = dspy.OutputField(desc="secondary: an input or call that reproduces it")
+    mechanism: SecondaryVerdict = dspy.OutputField(desc="secondary: how the mistake leads to the behaviour")
+    impact: SecondaryVerdict = dspy.OutputField(desc="secondary: what else the bug breaks")
+
+
+class JudgeActionParameters(dspy.Signature):
+    """A predicted action takes the same library action as the reference; judge its parameters. correct: every
+    parameter that matters is present, directly or in other words, and its value would resolve the problem
+    (reasonable variations of wording, date format or order are fine). partially_correct: the right intent and
+    most of what matters, but an important detail (a person, a date, an identifier) is missing or weaker.
+    incorrect: most of what matters is missing, or a person, system or resource is wrong, so the action would
+    not resolve the problem."""
+
+    problem: str = dspy.InputField(desc="the reference problem the action should resolve")
+    action: str = dspy.InputField(desc="the library action both take")
+    reference: str = dspy.InputField(desc="the reference parameters")
+    prediction: str = dspy.InputField(desc="the predicted parameters")
+    rationale: str = dspy.OutputField(desc="two or three sentences on whether the parameters would resolve it")
+    judgment: Judgment = dspy.OutputField()
+
+
+class JudgePatch(dspy.Signature):
+    """Judge whether a predicted patch makes the same fix as the reference patch for a bug. correct: it changes
+    the same behaviour in the same place(s), so it fixes the bug as the reference does, however it is written.
+    partially_correct: the right place and the right idea, but incomplete (one of several places, a case left
+    out) or with a change that the fix does not need. incorrect: another place, another change, or no fix of
+    this bug."""
+
+    problem: str = dspy.InputField(desc="the reference bug report")
+    reference: str = dspy.InputField(desc="the reference patch")
+    prediction: str = dspy.InputField(desc="the predicted patch")
+    rationale: str = dspy.OutputField(desc="two or three sentences on what each patch changes")
+    judgment: Judgment = dspy.OutputField()
+
 
 
 class JudgeIdentification(dspy.Signature):

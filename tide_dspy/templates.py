@@ -1,8 +1,9 @@
 """Thought templates: distilled from solved training cases, kept in a JSON library, shown to TIDE at inference.
 
 One distillation per solved training problem, retried under dspy.Refine until the abstraction check passes
-(tide_dspy.refinement); a template that never passes is dropped and counted. Near-duplicate templates are merged
-and the library is capped so it stays small enough to fit in the context window.
+(tide_dspy.refinement); a template that never passes is dropped and counted. Near-duplicate templates are merged.
+The library is not capped by default, as the paper's are not (40 workspace and 108 repository templates); a cap
+(`max_templates`) keeps the templates that absorbed the most cases, for a backbone whose window is small.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from tide_dspy.util.jsonio import read_json_file
 log = logging.getLogger(__name__)
 
 DEFAULT_MERGE_THRESHOLD = 80.0
-DEFAULT_MAX_TEMPLATES = 32  # the paper's libraries hold a few dozen; this many fit the small backbones' context
+DEFAULT_MAX_TEMPLATES: int | None = None  # no cap, as in the paper
 DEFAULT_MAX_ATTEMPTS = 3
 
 

@@ -344,14 +344,18 @@ def dspy_autolog(enabled: bool = True) -> Iterator[None]:
     """mlflow.dspy autologging for an optimizer's compile: its params, the best program's state, the LM params and
     the train/validation tables (which serialize every instance in full, so this is opt-in).
 
-    Traces are off: every trace would hold the whole rendered context. Disabled again on exit."""
+    Traces stay as they are: on inside `tracing.traces` (`--traces`), else off, since every trace holds the whole
+    rendered context. On exit, autologging returns to tracing alone or to nothing."""
     if not enabled:
         yield
         return
     import mlflow
 
+    from tide_dspy.tracing import mlflow_traces_on
+
+    traces = mlflow_traces_on()
     try:
-        mlflow.dspy.autolog(log_traces=False, log_compiles=True, log_evals=True, silent=True)
+        mlflow.dspy.autolog(log_traces=traces, log_compiles=True, log_evals=True, silent=True)
     except Exception as exc:  # noqa: BLE001 - tracking extras must never stop a compile
         log.warning("mlflow.dspy autolog unavailable: %s", exc)
         yield
@@ -359,4 +363,7 @@ def dspy_autolog(enabled: bool = True) -> Iterator[None]:
     try:
         yield
     finally:
-        mlflow.dspy.autolog(disable=True, silent=True)
+        if traces:
+            mlflow.dspy.autolog(log_traces=True, log_compiles=False, log_evals=False, silent=True)
+        else:
+            mlflow.dspy.autolog(disable=True, silent=True)

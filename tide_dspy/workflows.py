@@ -17,18 +17,18 @@ from typing import Any
 import dspy
 from pydantic import BaseModel, ConfigDict
 
-from tide_dspy import metrics
+from tide_dspy import metrics, tracing
 from tide_dspy.cost.estimate import Estimate, Estimator, estimate_runs
 from tide_dspy.cost.guard import Budget, Guard
 from tide_dspy.cost.prices import Overrides, Target
 from tide_dspy.data.selection import Selection, data_path
-from tide_dspy.discovery import ChanceBaseline
+from tide_dspy.discovery import TIDE, ChanceBaseline, MultiAgent
 from tide_dspy.domains import Setting
 from tide_dspy.evaluation import EvaluationSummary, evaluate, read_rows
 from tide_dspy.methods import get_method, method_of
 from tide_dspy.programs import build_program, load_program, program_dir, save_program
 from tide_dspy.sandbox import SandboxOptions
-from tide_dspy.schemas import Instance
+from tide_dspy.schemas import STOP_RULES, Instance
 from tide_dspy.tracking import dataset_hash, model_name, register_program, tracked_run
 from tide_dspy.util.jsonio import write_json
 from tide_dspy.util.secrets import scrub_secrets
@@ -52,6 +52,11 @@ class ProgramShape(BaseModel):
     max_evidence: int | None = None
     shuffle_context: int | None = None  # seed of a shuffled artifact order
     scan: int | None = None  # focus size of a scan (tide_dspy.scan); None: no scan, or the saved program's
+    # The paper's rules, or our departures from them (docs/paper.md): when TIDE's loop stops (discovery.STOP_RULES),
+    # whether templates show their names, whether Multi-Agent's pool merges repeats before scoring.
+    stop_on: str | None = None
+    template_names: bool | None = None
+    multi_dedup: bool | None = None
 
     def apply_scan(self, program):
         """Turn `program`'s scan on with this focus size (when one is given); a chance floor reads no artifact."""
@@ -62,6 +67,18 @@ class ProgramShape(BaseModel):
                              "no artifact")
         program.use_scan(self.scan)
 
+    def apply_rules(self, program) -> None:
+        """Set the rules that are given (stop_on, template_names, multi_dedup) on the programs they apply to: the
+        stop rule on TIDE's loop, the pool rule on Multi-Agent."""
+        if self.stop_on is not None and self.stop_on not in STOP_RULES:
+            raise ValueError(f"stop_on must be one of {STOP_RULES}, got {self.stop_on!r}")
+        if self.stop_on is not None and isinstance(program, TIDE):
+            program.stop_on = self.stop_on
+        if self.template_names is not None:
+            program.template_names = self.template_names
+        if self.multi_dedup is not None and isinstance(program, MultiAgent):
+            program.dedup_pool = self.multi_dedup
+
     def apply(self, program) -> None:
         """Reshape a built or loaded `program` by the overrides that are set (its compiled state is kept)."""
         for name, value in (("max_rounds", self.rounds), ("per_round", self.per_round),
@@ -70,6 +87,7 @@ class ProgramShape(BaseModel):
                 setattr(program, name, value)
         if self.shuffle_context is not None:
             program.context_order_seed = self.shuffle_context
+        self.apply_rules(program)
         self.apply_scan(program)
 
 
@@ -120,6 +138,7 @@ def build_method(setting: Setting, method: str, shape: ProgramShape, *, template
     built = build_program(method, setting, templates=templates if spec.templates else None, demos=demo_texts,
                           max_rounds=shape.rounds, per_round=shape.per_round, max_evidence=shape.max_evidence,
                           context_order_seed=shape.shuffle_context, scan_templates=scan_templates)
+    shape.apply_rules(built)
     shape.apply_scan(built)
     return built
 
@@ -194,7 +213,8 @@ def estimate_distill(selection: Selection, *, lm: LMSource, backbone: str, max_c
 
 
 def distill(selection: Selection, *, lm: LMSource, backbone: str, judge: str = "proxy", programs: str = "programs",
-            max_cases: int | None = None, max_attempts: int = 3, merge_threshold: float = 80.0, max_templates: int = 32,
+            max_cases: int | None = None, max_attempts: int = 3, merge_threshold: float = 80.0,
+            max_templates: int | None = None,
             tracking: Tracking = Tracking()) -> DistillResult:
     """Distill a template library from the solved problems of `selection` into programs/<setting>/<backbone>/."""
     from tide_dspy.templates import distill_library, solved_cases
@@ -204,7 +224,8 @@ def distill(selection: Selection, *, lm: LMSource, backbone: str, judge: str = "
     lm = _lm(lm)
     out = program_dir(setting.name, backbone, root=programs) / "templates.json"
     params = {**_base_params(selection, instances, lm, judge), "merge_threshold": merge_threshold,
-              "max_attempts": max_attempts, "max_templates": max_templates, "cases": len(solved_cases(instances))}
+              "max_attempts": max_attempts, "max_templates": max_templates or "no cap",
+              "cases": len(solved_cases(instances))}
     with _track("distill", selection, backbone, tracking, params, {}) as run:
         library = distill_library(instances, setting, lm=lm, max_attempts=max_attempts,
                                   merge_threshold=merge_threshold, max_templates=max_templates)
@@ -272,6 +293,7 @@ def compile_and_save(selection: Selection, *, lm: LMSource, backbone: str, metho
                      optimizer: str = "copro", metric: str = "retrieval-f1", judge: str = "proxy",
                      demos: int | None = None, options: list[str] | None = None, val_fraction: float = 0.25,
                      seed: int = 0, workers: int = 1, register: bool = True, autolog: bool = False,
+                     traces: bool = False,
                      budget: Budget = Budget(), overrides: Overrides = Overrides(), fresh: bool = False,
                      keep_worse: bool = False, prompt_lm: LMSource | None = None, progress: bool = True,
                      tracking: Tracking = Tracking()) -> CompileResult:
@@ -314,7 +336,9 @@ def compile_and_save(selection: Selection, *, lm: LMSource, backbone: str, metho
               "train_ids": [i.instance_id for i in train], "val_ids": [i.instance_id for i in val],
               "max_calls": budget.max_calls, "max_cost": budget.max_cost,
               "proposer": _describe(proposer) if proposer is not None else None}
-    header = compile_header(program, method, metric, judge, lm)
+    # An LLM judge is named by its label, which says its rubric and runs: trials scored on another are not replayed.
+    header = compile_header(program, method, metric,
+                            judge_model.label if isinstance(judge_model, metrics.LLMJudge) else judge, lm)
     lms = {"backbone": lm, "judge": getattr(judge_model, "lm", None),
            **({"proposer": proposer} if proposer is not None else {})}
     opened: list[TrialLog] = []
@@ -328,7 +352,8 @@ def compile_and_save(selection: Selection, *, lm: LMSource, backbone: str, metho
 
     # A scan-recall compile tunes and validates the scan alone: the rounds add nothing its metric can see.
     validated = ScanOnly if metric == SCAN_RECALL else (lambda p: p)
-    with _track("compile", selection, backbone, tracking, params, lms) as run:
+    with _track("compile", selection, backbone, tracking, params, lms) as run, \
+            _compile_traces(traces, run, program, train, val, folder / "compile" / "traces"):
         scored = {"judge": judge_model, "lm": lm, "resume": False, "workers": workers, "progress": progress,
                   "method": method, "overrides": overrides}
         before = evaluate(validated(program), val, out_path=folder / "compile" / "val_before.jsonl", **scored)
@@ -378,6 +403,17 @@ def compile_and_save(selection: Selection, *, lm: LMSource, backbone: str, metho
     return CompileResult(optimizer=optimizer, metric=metric, n_val=len(val), before=before, after=after,
                          metric_before=metric_before, metric_after=metric_after, seconds=seconds, search=search,
                          path=out, kept=kept, registered=registered)
+
+
+def _compile_traces(traces: bool, run, program, train: list[Instance], val: list[Instance], folder: Path):
+    """The traces of a compile's LM calls (tracing.traces), announced with the size of one pass over train and
+    validation: the optimizer makes many such passes (its --dry-run counts them)."""
+    if traces:
+        size, calls = tracing.estimate_bytes([program], [*train, *val])
+        where = f"the MLflow run {run.info.run_id}" if run.enabled else f"{folder}/"
+        tracing.announce(size, calls, f"{where}, per pass over train and validation (the optimizer makes several; "
+                                      "`tide compile --dry-run` counts its calls)")
+    return tracing.traces(traces, tracking=run.enabled, folder=folder)
 
 
 # ---- tune ----
@@ -513,11 +549,13 @@ def evaluate_split(selection: Selection, *, lm: LMSource, backbone: str, program
                    programs: str = "programs", judge: str = "proxy", workers: int = 1,
                    out: str | Path | None = None, resume: bool = False, fresh: bool = False,
                    verification: RepoVerification = RepoVerification(), check_out: Callable[[Path], Any] | None = None,
-                   budget: Budget = Budget(), overrides: Overrides = Overrides(),
+                   budget: Budget = Budget(), overrides: Overrides = Overrides(), traces: bool = False,
                    tracking: Tracking = Tracking()) -> EvaluationRun:
     """Score a saved `program` (path or models:/ URI) or a fresh `method` on `selection`, one row per instance in
     `out` (default runs/<setting>/<backbone>/<method>-<split>/results.jsonl). `check_out(folder)` vets the output
-    folder before any LM work. `budget` caps its LM calls and USD; `overrides` states prices and the window."""
+    folder before any LM work. `budget` caps its LM calls and USD; `overrides` states prices and the window.
+    `traces`: record every LM call (tracing.traces): as MLflow traces of the run, or with tracking off as
+    `<out>/traces/<instance id>.jsonl`."""
     built, selection, method = evaluation_program(selection, backbone=backbone, program=program, method=method,
                                                   shape=shape, templates=templates, programs=programs)
     setting = selection.setting
@@ -534,10 +572,16 @@ def evaluate_split(selection: Selection, *, lm: LMSource, backbone: str, program
               "T": built.max_rounds, "k": built.per_round, "pool_size": len(built.templates),
               "verify_repo": verification.repo}
     with _track("evaluate", selection, backbone, tracking, params, {}) as run:
-        result = evaluate(built, instances, judge=judge_model, out_path=results, resume=resume, lm=lm,
-                          method=method, execute=execute, workers=workers, budget=budget, overrides=overrides,
-                          config={"command": tracking.command_line, "program_path": program, "backbone": backbone,
-                                  "split": selection.split, "data": selection.source().record()})
+        trace_folder = out_dir / "traces"
+        if traces:
+            tracing.announce(*tracing.estimate_bytes([built], instances),
+                             f"the MLflow run {run.info.run_id}" if run.enabled else f"{trace_folder}/")
+        with tracing.traces(traces, tracking=run.enabled, folder=trace_folder):
+            result = evaluate(built, instances, judge=judge_model, out_path=results, resume=resume, lm=lm,
+                              method=method, execute=execute, workers=workers, budget=budget, overrides=overrides,
+                              config={"command": tracking.command_line, "program_path": program,
+                                      "backbone": backbone, "split": selection.split,
+                                      "data": selection.source().record()})
         seconds = run.seconds()
         run.record(scores={"": result}, usage=result.lm_usage,
                    metrics={"seconds": seconds, "n_incomplete": result.n_incomplete, "n_skipped": result.n_skipped,

@@ -29,6 +29,8 @@ class LMOptions:
     prompt_model: str | None = None
     prompt_api_base: str | None = None
     no_check: bool = False
+    judge_rubric: str = "probe"
+    judge_runs: int = 1
 
     @classmethod
     def from_namespace(cls, namespace) -> LMOptions:
@@ -48,19 +50,23 @@ class LMOptions:
         """The judge `judge` ("proxy", "none" or a backbone), built with these options' retries and timeout and its
         own address (`--judge-api-base`; never the backbone's --api-base)."""
         options = {**self.retry_options(), **({"api_base": self.judge_api_base} if self.judge_api_base else {})}
-        return JudgeSpec(judge, options, check=not self.no_check)
+        return JudgeSpec(judge, options, check=not self.no_check, rubric=self.judge_rubric, runs=self.judge_runs)
 
 
 class JudgeSpec(str):
-    """A judge's name (what records, paths and labels show) carrying the LM options its LM is built with: a str,
-    so it goes wherever a judge name goes (metrics.make_judge reads the options)."""
+    """A judge's name (what records, paths and labels show) carrying the LM options its LM is built with, the
+    rubric it rates on and how many times it rates each pair: a str, so it goes wherever a judge name goes
+    (metrics.make_judge reads the rest)."""
 
     lm_options: dict
     check: bool
+    rubric: str
+    runs: int
 
-    def __new__(cls, name: str, lm_options: dict | None = None, check: bool = False) -> JudgeSpec:
+    def __new__(cls, name: str, lm_options: dict | None = None, check: bool = False, rubric: str = "probe",
+                runs: int = 1) -> JudgeSpec:
         spec = super().__new__(cls, name)
-        spec.lm_options, spec.check = dict(lm_options or {}), check
+        spec.lm_options, spec.check, spec.rubric, spec.runs = dict(lm_options or {}), check, rubric, runs
         return spec
 
 

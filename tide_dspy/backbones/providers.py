@@ -17,6 +17,8 @@ import logging
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from tide_dspy.backbones.batch_rules import ANTHROPIC_BATCH, DASHSCOPE_BATCH, GEMINI_BATCH, OPENAI_BATCH, BatchRules
+
 logger = logging.getLogger(__name__)
 
 
@@ -50,6 +52,7 @@ class ProviderRules:
     prompt_cache: str = "implicit"
     request_options: dict = field(default_factory=dict)  # sent with every request (e.g. DashScope's thinking switch)
     json_fallback: bool = True  # DSPy's JSON-adapter retry of an unparsed answer (a structured-output request)
+    batch: BatchRules | None = None  # the provider's batch API (backbones.batch_rules); None: no batch API
 
     def __post_init__(self):
         if self.schema_dialect not in SCHEMA_DIALECTS:
@@ -87,7 +90,7 @@ OPENAI_GPT5_MINI = ProviderRules(
     # https://platform.openai.com/docs/guides/reasoning: reasoning models take only the default temperature (1).
     # https://platform.openai.com/docs/guides/structured-outputs#supported-schemas: no `default`; 1,000 enum values.
     "openai", context_window=400_000,
-    accepts_temperature=False, schema_dialect="openai-strict", max_enum_values=1000,
+    accepts_temperature=False, schema_dialect="openai-strict", max_enum_values=1000, batch=OPENAI_BATCH,
     docs=("https://platform.openai.com/docs/models/gpt-5-mini", "https://platform.openai.com/docs/guides/reasoning",
           "https://platform.openai.com/docs/guides/structured-outputs#supported-schemas",
           "https://platform.openai.com/docs/guides/prompt-caching"))
@@ -100,7 +103,7 @@ ANTHROPIC_SONNET_45 = ProviderRules(
     # https://docs.claude.com/en/docs/build-with-claude/prompt-caching: caches only up to cache_control marks;
     # reads cost 0.1x and writes 1.25x the input price (the map's cache prices).
     "anthropic", context_window=200_000, schema_dialect="anthropic", accepts_seed=False,
-    max_temperature=1.0, prompt_cache="explicit",
+    max_temperature=1.0, prompt_cache="explicit", batch=ANTHROPIC_BATCH,
     docs=("https://docs.claude.com/en/docs/build-with-claude/structured-outputs",
           "https://docs.claude.com/en/docs/build-with-claude/context-windows",
           "https://docs.claude.com/en/docs/build-with-claude/prompt-caching"))
@@ -108,7 +111,7 @@ GEMINI_35_FLASH = ProviderRules(
     # https://ai.google.dev/gemini-api/docs/models: 1,048,576 input and 65,536 output tokens; the window is taken
     # as the map's input limit, prompt and output together: the safe reading for a pre-check.
     # https://ai.google.dev/gemini-api/docs/gemini-3: keep temperature at its default of 1.0.
-    "gemini", accepts_temperature=False, schema_dialect="gemini",
+    "gemini", accepts_temperature=False, schema_dialect="gemini", batch=GEMINI_BATCH,
     docs=("https://ai.google.dev/gemini-api/docs/gemini-3", "https://ai.google.dev/gemini-api/docs/structured-output",
           "https://ai.google.dev/gemini-api/docs/caching"))
 DASHSCOPE_QWEN_36_FLASH = ProviderRules(
@@ -117,7 +120,7 @@ DASHSCOPE_QWEN_36_FLASH = ProviderRules(
     # a non-streaming call must send enable_thinking false where thinking is on by default, so it is always sent.
     # The map has no dashscope entry: the limits (1M window, 65,536 output) and price are OpenRouter's listing.
     "dashscope", metadata="openrouter/qwen/qwen3.6-flash", schema_dialect="json-object",
-    request_options={"extra_body": {"enable_thinking": False}},
+    request_options={"extra_body": {"enable_thinking": False}}, batch=DASHSCOPE_BATCH,
     docs=("https://www.alibabacloud.com/help/en/model-studio/compatibility-of-openai-with-dashscope",
           "https://www.alibabacloud.com/help/en/model-studio/deep-thinking"))
 

@@ -1,5 +1,7 @@
-"""argparse types for numeric options: each refuses what would silently switch a limit off (nan, inf, 0 where
-1 is the least that means anything) with a message that says what it expected."""
+"""argparse types. Numbers: each refuses what would silently switch a limit off (nan, inf, 0 where 1 is the least
+that means anything) with a message that says what it expected. Names and prices: checked against the library only
+when a value is parsed, so building the parser and printing its help load no DSPy or pydantic: `--help` stays fast.
+"""
 
 from __future__ import annotations
 
@@ -60,3 +62,42 @@ def _float_in(text: str, low: float, high: float, open_low: bool = False, open_h
         upper = "" if math.isinf(high) else f" and {'below' if open_high else 'at most'} {high:g}"
         raise argparse.ArgumentTypeError(f"must be {lower}{upper}, got {text}")
     return value
+
+
+def price(text: str):
+    """An argparse type: IN,OUT[,CACHED] in USD per million tokens (cost.prices.parse_price)."""
+    from tide_dspy.cost.prices import parse_price
+
+    try:
+        return parse_price(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def judge_rubric(text: str) -> str:
+    """An argparse type for --judge-rubric: one of schemas.JUDGE_RUBRICS, read only when a value is parsed (the
+    schemas load pydantic, and `--help` stays fast)."""
+    from tide_dspy.schemas import JUDGE_RUBRICS
+
+    if text not in JUDGE_RUBRICS:
+        raise argparse.ArgumentTypeError(f"unknown rubric {text!r}: choose one of {', '.join(JUDGE_RUBRICS)}")
+    return text
+
+
+def setting_name(text: str) -> str:
+    """An argparse type for --setting: a name of tide_dspy.domains.SETTING_NAMES. The settings are read only when a
+    value is parsed, so building the parser and printing its help load no DSPy: `--help` stays fast."""
+    from tide_dspy.domains import SETTING_NAMES
+
+    if text not in SETTING_NAMES:
+        raise argparse.ArgumentTypeError(f"unknown setting {text!r}: choose one of {', '.join(SETTING_NAMES)}")
+    return text
+
+
+def stop_rule(text: str) -> str:
+    """An argparse type for --stop-on: one of schemas.STOP_RULES, read only when a value is parsed."""
+    from tide_dspy.schemas import STOP_RULES
+
+    if text not in STOP_RULES:
+        raise argparse.ArgumentTypeError(f"unknown stop rule {text!r}: choose one of {', '.join(STOP_RULES)}")
+    return text

@@ -1,5 +1,6 @@
-"""What the offline steps' commands share besides their options: the arguments every workflow takes, an output
-folder checked before any LM work, the command line written back for provenance, and an estimate printed."""
+"""What the offline steps' commands make of their options: the instances (selection_of) and program shape
+(shape_of) they name, the arguments every workflow takes, an output folder checked before any LM work, the command
+line written back for provenance, and an estimate printed."""
 
 from __future__ import annotations
 
@@ -66,3 +67,23 @@ def print_estimate(estimate) -> int:
     print(estimate.table())
     print("dry run: no model was called")
     return 0
+
+
+def selection_of(args: argparse.Namespace):
+    """The data.selection.Selection of the options add_data_options added."""
+    from tide_dspy.data.selection import Selection
+    from tide_dspy.domains import get_setting
+
+    ids = [i.strip() for i in args.ids.split(",") if i.strip()] if args.ids else None
+    setting = get_setting(args.setting) if args.setting else None  # the one lookup of --setting
+    return Selection(setting=setting, split=args.split, data=args.data, data_version=args.data_version, ids=ids,
+                     max_context_tokens=args.max_context_tokens, limit=args.limit, skip_invalid=args.skip_invalid)
+
+
+def shape_of(args: argparse.Namespace):
+    """The workflows.ProgramShape of the options add_program_options added."""
+    from tide_dspy.workflows import ProgramShape
+
+    return ProgramShape(rounds=args.rounds, per_round=args.per_round, max_evidence=args.max_evidence,
+                        shuffle_context=args.shuffle_context, scan=args.scan, stop_on=args.stop_on,
+                        template_names=args.show_template_names, multi_dedup=args.multi_dedup)

@@ -10,19 +10,25 @@ import argparse
 import sys
 
 from tide_dspy.cli.argtypes import positive_float
-from tide_dspy.cli.common import check_output_folder, estimate_arguments, print_estimate, step_arguments
+from tide_dspy.cli.common import (
+    check_output_folder,
+    estimate_arguments,
+    print_estimate,
+    selection_of,
+    shape_of,
+    step_arguments,
+)
 from tide_dspy.cli.options import (
     add_cost_options,
     add_data_options,
     add_output_options,
     add_program_options,
     add_sandbox_options,
+    add_traces_option,
     add_workers_option,
     budget_of,
     overrides_of,
     sandbox_options,
-    selection_of,
-    shape_of,
 )
 from tide_dspy.methods import METHODS, floor_methods
 
@@ -38,6 +44,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                           "floors (no LM call)")
     add_workers_option(e, "instances")
     e.add_argument("--out", default=None, help="results folder (default: runs/<setting>/<backbone>/<method>-<split>)")
+    add_traces_option(e)
     again = e.add_mutually_exclusive_group()
     again.add_argument("--resume", action="store_true", help="skip instances already scored in --out")
     again.add_argument("--fresh", action="store_true", help="discard earlier results in --out")
@@ -76,7 +83,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
         selection_of(args), program=args.program, method=args.method, shape=shape_of(args), templates=args.templates,
         workers=args.workers, out=args.out, resume=args.resume, fresh=args.fresh,
         verification=verification, check_out=check_output_folder, budget=budget_of(args),
-        overrides=overrides_of(args), **step_arguments(args))
+        overrides=overrides_of(args), traces=args.traces, **step_arguments(args))
     print(format_table(r.result))
     if r.executed:
         print(execution_line(r.result))

@@ -11,19 +11,18 @@ import sys
 from typing import TYPE_CHECKING
 
 from tide_dspy.cli.argtypes import count, percentage, positive_int
-from tide_dspy.cli.common import estimate_arguments, print_estimate, step_arguments
+from tide_dspy.cli.common import estimate_arguments, print_estimate, selection_of, shape_of, step_arguments
 from tide_dspy.cli.options import (
     add_cost_options,
     add_data_options,
     add_output_options,
     add_program_options,
     add_split_options,
+    add_traces_option,
     add_workers_option,
     budget_of,
     overrides_of,
     price,
-    selection_of,
-    shape_of,
 )
 from tide_dspy.methods import lm_methods
 
@@ -40,8 +39,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "passes; a template that still fails is dropped and counted (default: 3)")
     d.add_argument("--merge-threshold", type=percentage, default=80.0,
                    help="rapidfuzz token-set similarity (0-100) of name and of pattern at which templates merge")
-    d.add_argument("--max-templates", type=positive_int, default=32,
-                   help="cap on the library size, so it fits the context (default: 32; the paper's hold a few dozen)")
+    d.add_argument("--max-templates", type=positive_int, default=None,
+                   help="cap on the library size, keeping the templates that absorbed the most cases (default: no "
+                        "cap; the paper's libraries hold 40 workspace and 108 repository templates)")
     add_cost_options(d, judge=False, budget=False)
     add_output_options(d)
     d.set_defaults(func=run_distill)
@@ -69,6 +69,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     c.add_argument("--autolog", action="store_true",
                    help="also run mlflow.dspy autologging (optimizer params, best-program state, and data tables "
                         "that hold every rendered instance: large for repositories)")
+    add_traces_option(c)
     add_cost_options(c, stops="checked before each evaluation of the search, the proposer's calls included (the "
                               "validation before and after are outside the cap); the best candidate so far is "
                               "validated and kept if it beats the original, and a rerun with a larger cap continues "
@@ -169,8 +170,8 @@ def run_compile(args: argparse.Namespace) -> int:
         selection_of(args), method=args.method, shape=shape_of(args), templates=args.templates,
         optimizer=args.optimizer, metric=args.metric, demos=args.demos, options=args.opt,
         val_fraction=args.val_fraction, seed=args.seed, workers=args.workers, register=not args.no_register,
-        autolog=args.autolog, budget=budget_of(args), overrides=overrides_of(args), fresh=args.fresh,
-        keep_worse=args.keep_worse, prompt_lm=proposer_of(args), **step_arguments(args))
+        autolog=args.autolog, traces=args.traces, budget=budget_of(args), overrides=overrides_of(args),
+        fresh=args.fresh, keep_worse=args.keep_worse, prompt_lm=proposer_of(args), **step_arguments(args))
     s = r.search
     scan_only = args.metric == SCAN_RECALL  # the validation ran the scan alone: its tables would show no findings
     held_out = f"{r.n_val} held-out train instance{'s' if r.n_val != 1 else ''}"

@@ -10,7 +10,17 @@ import argparse
 import sys
 
 from tide_dspy.backbones.providers import DEFAULT_BACKBONE
-from tide_dspy.cli.argtypes import count, fraction, non_negative_float, positive_float, positive_int
+from tide_dspy.cli.argtypes import (
+    count,
+    fraction,
+    judge_rubric,
+    non_negative_float,
+    positive_float,
+    positive_int,
+    price,
+    setting_name,
+    stop_rule,
+)
 
 
 def add_lm_options(parser: argparse.ArgumentParser, *, with_backbone: bool = True) -> None:
@@ -24,6 +34,13 @@ def add_lm_options(parser: argparse.ArgumentParser, *, with_backbone: bool = Tru
         default="proxy",
         help="judge backbone for identification/resolution, or 'proxy' for the lexical proxy judge, or 'none'",
     )
+    parser.add_argument("--judge-rubric", type=judge_rubric, default="probe",
+                        help="how an LLM judge rates: probe (the paper's, PROBE's 1 / 0.5 / 0 on the essential and "
+                             "secondary details, the action id checked in code) or likert (a 1-5 rating mapped to "
+                             "(s-1)/4); default probe")
+    parser.add_argument("--judge-runs", type=positive_int, default=1, metavar="N",
+                        help="judge each matched pair N times, each a fresh sample at temperature 1.0, score the "
+                             "mean and report the judge's spread (default 1: one plain call)")
     parser.add_argument("--api-base", default=None,
                         help="where the backbone's calls go: an openai-compatible server (vLLM, llama.cpp server; "
                              "default $TIDE_API_BASE), or a gateway for a hosted backbone (its key goes there too)")
@@ -49,16 +66,6 @@ def add_lm_options(parser: argparse.ArgumentParser, *, with_backbone: bool = Tru
     parser.add_argument("--server-schema", default=None, choices=("json_schema", "llama.cpp", "off"),
                         help="how an openai-compatible server takes the output schema: json_schema (vLLM, OpenAI; "
                              "default), llama.cpp (python -m llama_cpp.server), off (default: $TIDE_SERVER_SCHEMA)")
-
-
-def setting_name(text: str) -> str:
-    """An argparse type for --setting: a name of tide_dspy.domains.SETTING_NAMES. The settings are read only when a
-    value is parsed, so building the parser and printing its help load no DSPy: `--help` stays fast."""
-    from tide_dspy.domains import SETTING_NAMES
-
-    if text not in SETTING_NAMES:
-        raise argparse.ArgumentTypeError(f"unknown setting {text!r}: choose one of {', '.join(SETTING_NAMES)}")
-    return text
 
 
 SETTING_HELP = ("the benchmark setting: workspace (a person's mail, calendar and documents; actions) or repository "
@@ -134,6 +141,7 @@ def add_program_options(p: argparse.ArgumentParser) -> None:
                         "(default: the setting's, as docs/program.md lists)")
     p.add_argument("--shuffle-context", type=int, default=None, metavar="SEED",
                    help="show the artifacts in a seeded shuffled order (to measure position effects)")
+    add_rule_options(p)
     p.add_argument("--scan", type=positive_int, default=None, metavar="N",
                    help="rate every artifact on its own first; each round reads the N most suspect unfound ones in "
                         "full (the scan's instruction is then compiled too; --metric scan-recall scores its ranking)")
@@ -153,16 +161,6 @@ def add_split_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of the train/validation split")
 
 
-
-
-def price(text: str):
-    """An argparse type: IN,OUT[,CACHED] in USD per million tokens (cost.prices.parse_price)."""
-    from tide_dspy.cost.prices import parse_price
-
-    try:
-        return parse_price(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def add_cost_options(p: argparse.ArgumentParser, *, judge: bool = True, budget: bool = True, stops: str = "") -> None:
@@ -211,20 +209,25 @@ def overrides_of(args: argparse.Namespace):
                      window=getattr(args, "context_window", None))
 
 
-def selection_of(args: argparse.Namespace):
-    """The data.selection.Selection of the options add_data_options added."""
-    from tide_dspy.data.selection import Selection
-    from tide_dspy.domains import get_setting
+def add_rule_options(p: argparse.ArgumentParser) -> None:
+    """The options that depart from the paper's method, each named (docs/paper.md): without them every method
+    runs by the paper's rules. `tide compile | evaluate` and experiments/run.py take them; ProgramShape applies
+    them (None: the program's own)."""
+    p.add_argument("--stop-on", type=stop_rule, default=None, metavar="{empty,no-new}",
+                   help="when TIDE's rounds stop early: empty (the paper's rule, the default for a fresh program): "
+                        "on a round that returns no finding; no-new: also on a round that only re-finds")
+    p.add_argument("--show-template-names", action="store_true", default=None,
+                   help="show each template's name beside its pattern and evidence flow (the paper shows only "
+                        "those two)")
+    p.add_argument("--multi-dedup", action="store_true", default=None,
+                   help="merge Multi-Agent's re-found findings before scoring (the paper scores the pool with "
+                        "its duplicates)")
 
-    ids = [i.strip() for i in args.ids.split(",") if i.strip()] if args.ids else None
-    setting = get_setting(args.setting) if args.setting else None  # the one lookup of --setting
-    return Selection(setting=setting, split=args.split, data=args.data, data_version=args.data_version, ids=ids,
-                     max_context_tokens=args.max_context_tokens, limit=args.limit, skip_invalid=args.skip_invalid)
 
-
-def shape_of(args: argparse.Namespace):
-    """The workflows.ProgramShape of the options add_program_options added."""
-    from tide_dspy.workflows import ProgramShape
-
-    return ProgramShape(rounds=args.rounds, per_round=args.per_round, max_evidence=args.max_evidence,
-                        shuffle_context=args.shuffle_context, scan=args.scan)
+def add_traces_option(parser: argparse.ArgumentParser) -> None:
+    """`--traces` (tide evaluate, tide compile, experiments/run.py): record every LM call (tracing.traces)."""
+    parser.add_argument("--traces", action="store_true",
+                        help="record every LM call (prompt, answer, tokens, cache hit, instance and round): as MLflow "
+                             "traces of the run (the MLflow UI's Traces tab), or with tracking off as "
+                             "<out>/traces/<instance>.jsonl. Each holds its whole prompt, so they can be large: the "
+                             "estimated size is printed before the run")

@@ -102,9 +102,9 @@ class Guard:
         return {role: t.prices for role, t in self.targets.items()}
 
     def skip_reason(self, instance) -> str | None:
-        """Why `instance` cannot fit the backbone's window (None when it fits or the window is unknown)."""
-        backbone = self.targets["backbone"]
-        if backbone.window is None and backbone.max_prompt is None:
+        """Why `instance` cannot fit the backbone's window (None when it fits, or the window or LM is unknown)."""
+        backbone = self.targets.get("backbone")
+        if backbone is None or (backbone.window is None and backbone.max_prompt is None):
             return None
         return backbone.skip_reason(self.estimator.largest_prompt(self.program, instance))
 

@@ -8,6 +8,7 @@ finding (and, for a finding, to the earlier gold problem). Retrieval 0 means unm
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
@@ -169,10 +170,15 @@ class PairRecord(BaseModel):
     identification_rationale: str = ""
     resolution_rationale: str = ""
     used_for: list[Literal["coverage", "precision"]] = Field(default_factory=list)
+    # With a judge that rates each pair several times (--judge-runs): each run's score; the component is their mean.
+    identification_runs: list[float | None] | None = None
+    resolution_runs: list[float | None] | None = None
 
-    def value(self, component: str) -> float:
-        # A failed judgement (None) counts 0, so a judge failure can never raise a score.
-        return getattr(self, component) or 0.0
+    def value(self, component: str, run: int | None = None) -> float:
+        """The component's score (of one judge run, when `run` is given and the pair has runs). A failed judgement
+        (None) counts 0, so a judge failure can never raise a score."""
+        runs = getattr(self, f"{component}_runs", None) if run is not None else None
+        return (runs[run] if runs else getattr(self, component)) or 0.0
 
 
 class InstanceScore(BaseModel):
@@ -190,15 +196,41 @@ class InstanceScore(BaseModel):
     spurious_findings: list[int] = Field(default_factory=list)
     duplicate_findings: list[int] = Field(default_factory=list)
     finding_best: list[int | None] = Field(default_factory=list)  # per finding, the gold index it matched
+    # With several judge runs: the standard deviation over runs of each judged component's coverage and F1
+    # ({"coverage": {component: sd}, "f1": {...}}), each run scoring every pair with that run's judgement.
+    judge_spread: dict[str, dict[str, float]] | None = None
 
 
 def harmonic_mean(a: float, b: float) -> float:
     return 2 * a * b / (a + b) if a + b > 0 else 0.0
 
 
+def rates_pairs_at_once(judge) -> bool:
+    """Whether `judge` rates an instance's pairs all at once: a judge whose LM sends its calls in provider batches
+    (tide_dspy.batch), where each call rated in turn would wait for a batch of its own."""
+    return getattr(getattr(judge, "lm", None), "tide_batch", None) is not None
+
+
+def _verdicts(judge, keys, gold, findings, setting) -> dict[tuple[int, int], Any]:
+    """The judge's verdict on each key, in turn, or all at once (rates_pairs_at_once), each in a copy of the
+    caller's context so the judge's LM settings hold there too."""
+    if judge is None:
+        return {}
+    if not rates_pairs_at_once(judge) or len(keys) < 2:
+        return {(i, j): judge(gold[i], findings[j], setting) for i, j in keys}
+    import contextvars
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=len(keys), thread_name_prefix="tide-judge") as pool:
+        futures = {(i, j): pool.submit(contextvars.copy_context().run, judge, gold[i], findings[j], setting)
+                   for i, j in keys}
+        return {key: future.result() for key, future in futures.items()}
+
+
 def _judge_pairs(keys, gold, findings, matching, judge, setting) -> tuple[dict[tuple[int, int], PairRecord], int]:
     """One PairRecord per distinct (gold, finding) key; the judge is called once per key."""
     pairs, failures = {}, 0
+    verdicts = _verdicts(judge, list(dict.fromkeys(keys)), gold, findings, setting)
     for i, j in keys:
         if (i, j) in pairs:
             continue
@@ -206,11 +238,13 @@ def _judge_pairs(keys, gold, findings, matching, judge, setting) -> tuple[dict[t
             gold_index=i, finding_index=j, problem_id=gold[i].problem_id, retrieval=matching.retrieval[i][j]
         )
         if judge is not None:
-            verdict = judge(gold[i], findings[j], setting)
+            verdict = verdicts[(i, j)]
             record.identification = getattr(verdict, "identification", None)
             record.resolution = getattr(verdict, "resolution", None)
             record.identification_rationale = getattr(verdict, "identification_rationale", "") or ""
             record.resolution_rationale = getattr(verdict, "resolution_rationale", "") or ""
+            record.identification_runs = getattr(verdict, "identification_runs", None)
+            record.resolution_runs = getattr(verdict, "resolution_runs", None)
             failures += int(getattr(verdict, "failures", 0) or 0)
         pairs[(i, j)] = record
     return pairs, failures
@@ -238,9 +272,8 @@ def score_instance(
     precision: dict[str, float | None] = dict.fromkeys(COMPONENTS)
     f1: dict[str, float | None] = dict.fromkeys(COMPONENTS)
     for c in components:
-        coverage[c] = sum(pairs[k].value(c) for k in coverage_keys) / len(gold) if gold else 0.0
-        precision[c] = sum(pairs[k].value(c) for k in precision_keys) / len(findings) if findings else 0.0
-        f1[c] = harmonic_mean(coverage[c], precision[c])
+        coverage[c], precision[c], f1[c] = _component(pairs, coverage_keys, precision_keys, c, len(gold),
+                                                      len(findings))
 
     return InstanceScore(
         coverage=coverage,
@@ -255,7 +288,29 @@ def score_instance(
         spurious_findings=[j for j, i in enumerate(matching.finding_best) if i is None],
         duplicate_findings=matching.duplicates,
         finding_best=matching.finding_best,
+        judge_spread=_judge_spread(pairs, coverage_keys, precision_keys, len(gold), len(findings)),
     )
+
+
+def _component(pairs, coverage_keys, precision_keys, c: str, n_gold: int, n_findings: int,
+               run: int | None = None) -> tuple[float, float, float]:
+    """(coverage, precision, F1) of component c over the pairs (of one judge run, when `run` is given)."""
+    coverage = sum(pairs[k].value(c, run) for k in coverage_keys) / n_gold if n_gold else 0.0
+    precision = sum(pairs[k].value(c, run) for k in precision_keys) / n_findings if n_findings else 0.0
+    return coverage, precision, harmonic_mean(coverage, precision)
+
+
+def _judge_spread(pairs, coverage_keys, precision_keys, n_gold: int, n_findings: int) -> dict | None:
+    """The standard deviation over judge runs of each judged component's coverage and F1 (None with one run)."""
+    runs = max((len(getattr(p, f"{c}_runs") or []) for p in pairs.values() for c in JUDGED_COMPONENTS), default=0)
+    if runs < 2:
+        return None
+    spread: dict[str, dict[str, float]] = {"coverage": {}, "f1": {}}
+    for c in JUDGED_COMPONENTS:
+        per_run = [_component(pairs, coverage_keys, precision_keys, c, n_gold, n_findings, r) for r in range(runs)]
+        spread["coverage"][c] = statistics.stdev(cov for cov, _, _ in per_run)
+        spread["f1"][c] = statistics.stdev(f for _, _, f in per_run)
+    return spread
 
 
 def aggregate(scores) -> dict:
@@ -273,4 +328,7 @@ def aggregate(scores) -> dict:
     out["n_instances"] = len(scores)
     out["judge"] = labels[0] if labels else NO_JUDGE_LABEL
     out["judge_failures"] = sum(s.judge_failures for s in scores)
+    spreads = [s.judge_spread for s in scores if s.judge_spread]
+    out["judge_spread"] = {part: {c: sum(sp[part][c] for sp in spreads) / len(spreads) for c in JUDGED_COMPONENTS}
+                           for part in ("coverage", "f1")} if spreads else None
     return out

@@ -12,6 +12,9 @@ logged (`ProviderSimulator.log`) with the headers it came with, so a test can ch
         sim.base_url("openai")                       # http://127.0.0.1:<port>/openai/v1, for --api-base
         sim.faults.append(Fault(429, count=2, retry_after="1"))
 
+The same server speaks each provider's batch API (testing/batch_sim.py: `sim.batches`), each line answered as the
+same request online would be, with simulated time that a test compresses.
+
 Token counts are estimates (tide_dspy.util.tokens: 4 characters a token): the window rules need no more.
 Prompt caching is simulated too: Anthropic reads a cached prefix only up to a `cache_control` mark; OpenAI, Gemini
 and DashScope report the longest prefix shared with an earlier prompt as cached, as their implicit caches do.
@@ -29,6 +32,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from tide_dspy.testing.batch_sim import BatchRefusal, BatchService
 from tide_dspy.testing.generation_answers import WRITERS as GENERATION_WRITERS
 from tide_dspy.testing.generation_answers import generation_values
 from tide_dspy.util.tokens import estimate_tokens
@@ -65,11 +69,17 @@ MODELS = {m.name: m for m in (
 )}
 
 
+# Scripted 200 answers a Fault may ask for: prose no adapter parses; a findings answer with no finding; one whose
+# findings were all found before.
+ANSWERS = ("prose", "empty", "repeat")
+
+
 @dataclass
 class Fault:
     """The next `count` requests (of `kind`, e.g. "findings", of `provider`, asking for JSON or not, when given) get
     this instead of an answer: an HTTP status with the provider's error body, "hang" (no answer for `seconds`), or
-    "prose" (a 200 answer in plain prose, which no adapter parses)."""
+    one of ANSWERS: "prose" (a 200 answer in plain prose, which no adapter parses), "empty" (a findings answer
+    with no finding) or "repeat" (findings that were all found before)."""
 
     status: int | str
     count: int = 1
@@ -79,6 +89,7 @@ class Fault:
     kind: str | None = None
     provider: str | None = None
     structured: bool | None = None  # only requests that ask (True) or do not ask (False) for JSON
+    after: int = 0  # let this many matching requests through first (a round-3 answer: after=2)
 
     def matches(self, provider: str, kind: str, structured: bool) -> bool:
         return (self.count > 0 and self.provider in (None, provider) and self.kind in (None, kind)
@@ -110,7 +121,7 @@ class Logged:
     path: str
     model: str | None
     status: int
-    kind: str  # findings | judge | template | scan | generation | models | other
+    kind: str  # findings | judge | template | scan | generation | models | batch (a batch endpoint) | other
     error: str | None = None
     structured: bool = False  # a JSON-schema or JSON-object answer was asked for
     headers: dict = field(default_factory=dict)
@@ -119,6 +130,7 @@ class Logged:
     advice: list[str] = field(default_factory=list)  # documented recommendations the request ignored
     usage: dict = field(default_factory=dict)
     at: float = 0.0
+    batch: str | None = None  # the batch job this request was a line of (None: sent online)
 
 
 class Rejected(Exception):
@@ -471,34 +483,47 @@ COMPACT = re.compile(r"^- (\S+) · (\S+)", re.M)
 ACTION = re.compile(r"^- (\S+) \[(.*?)\] .*?\| required: (.*?)(?: \| constraints: .*)?$", re.M)
 
 
-def output_fields(system: str) -> list[str]:
+def field_types(system: str) -> dict[str, str]:
+    """Each output field the prompt asks for, with its type as the prompt writes it, in order."""
     block = system.split("Your output fields are:", 1)[-1] if "Your output fields are:" in system else ""
-    fields = []
+    fields = {}
     for line in block.splitlines()[1:] if block else []:
-        m = re.match(r"^\d+\. `(\w+)`", line)
+        m = re.match(r"^\d+\. `(\w+)`(?: \((.*?)\):)?", line)
         if not m:
             break
-        fields.append(m.group(1))
+        fields[m.group(1)] = m.group(2) or ""
     return fields
 
 
+def output_fields(system: str) -> list[str]:
+    return list(field_types(system))
+
+
 def request_kind(fields: list[str]) -> str:
-    for kind, field_name in (("findings", "findings"), ("judge", "score"), ("template", "template"),
-                             ("scan", "suspicion")):
+    # A judge answers a 1-5 score (the Likert rubric), or PROBE's verdicts: a grade, or per-detail verdicts.
+    for kind, field_name in (("findings", "findings"), ("judge", "score"), ("judge", "judgment"),
+                             ("judge", "root_cause"), ("template", "template"), ("scan", "suspicion")):
         if field_name in fields:
             return kind
     return "generation" if set(fields) & set(GENERATION_WRITERS) else "other"
 
 
-def findings(inputs: dict[str, str]) -> list[dict]:
-    """New findings, after those already found: each cites two of the context's artifacts and resolves the problem
-    with a library action (workspace) or a patch (repository)."""
+def first_choice(type_text: str) -> str | None:
+    """The first value of a field typed Literal['a', 'b', ...] (a PROBE verdict: "correct"), else None."""
+    m = re.match(r"Literal\[\s*'([^']*)'", type_text)
+    return m.group(1) if m else None
+
+
+def findings(inputs: dict[str, str], repeat: bool = False) -> list[dict]:
+    """New findings, after those already found (`repeat`: the first ones again, as a round that only re-finds
+    answers): each cites two of the context's artifacts and resolves the problem with a library action (workspace)
+    or a patch (repository)."""
     context = inputs.get("context", "")
     artifacts = [(h, i, where) for h, i, where in HEADING.findall(context)]
     artifacts += [(h, i, "") for h, i in COMPACT.findall(context) if h not in {a[0] for a in artifacts}]
     if not artifacts:
         return []
-    found = len(re.findall(r"^\d+\. ", inputs.get("already_found", ""), re.M))
+    found = 0 if repeat else len(re.findall(r"^\d+\. ", inputs.get("already_found", ""), re.M))
     try:
         wanted = max(1, int(str(inputs.get("max_new", "1")).strip()))
     except ValueError:
@@ -523,14 +548,17 @@ def findings(inputs: dict[str, str]) -> list[dict]:
 
 
 def answer_values(call: Call) -> dict[str, Any]:
-    fields = output_fields(call.system)
+    types = field_types(call.system)
+    fields = list(types)
     inputs = dict(SECTION.findall("\n\n".join(call.texts)))  # a prompt cut for caching is read whole
     generated = generation_values(fields, inputs)
     if generated is not None:
         return generated
     values: dict[str, Any] = {}
     for name in fields:
-        if name == "findings":
+        if first_choice(types[name]) is not None:
+            values[name] = first_choice(types[name])
+        elif name == "findings":
             values[name] = findings(inputs)
         elif name == "score":
             values[name] = 4
@@ -548,10 +576,15 @@ def answer_values(call: Call) -> dict[str, Any]:
     return values or {"answer": "ok"}
 
 
-def answer_text(call: Call, prose: bool) -> str:
-    if prose:
+def answer_text(call: Call, scripted: str | None = None) -> str:
+    """The answer to `call`; `scripted` (one of ANSWERS) replaces it with prose, no finding, or findings that were
+    already found."""
+    if scripted == "prose":
         return "Having read everything carefully, I believe the main risk is an approval nobody has chased."
     values = answer_values(call)
+    if "findings" in values and scripted in ("empty", "repeat"):
+        inputs = dict(SECTION.findall("\n\n".join(call.texts)))
+        values["findings"] = [] if scripted == "empty" else findings(inputs, repeat=True)
     if call.structured is not None:
         return json.dumps(values)
     parts = [f"[[ ## {k} ## ]]\n{v if isinstance(v, (str, int)) else json.dumps(v)}" for k, v in values.items()]
@@ -640,6 +673,9 @@ class ProviderSimulator:
         self.cache = PromptCache()
         self._server: ThreadingHTTPServer | None = None
         self._started = time.monotonic()
+        # The batch APIs (testing/batch_sim.py): `batches.plan` sets their pace and line faults, `batches.jobs` logs
+        # every batch received.
+        self.batches = BatchService(self._batch_line, lambda: self.root)
 
     # ---- addresses ----
     @property
@@ -710,6 +746,10 @@ class ProviderSimulator:
         parts = urlsplit(handler.path)
         headers = {k.lower(): v for k, v in handler.headers.items()}
         raw = handler.rfile.read(int(headers.get("content-length") or 0)) if method == "POST" else b""
+        batch_route = self.batches.route(parts.path)
+        if batch_route is not None:
+            self._handle_batch(handler, method, parts, headers, raw, *batch_route)
+            return
         try:
             body = json.loads(raw or b"{}")
         except json.JSONDecodeError:
@@ -735,36 +775,104 @@ class ProviderSimulator:
         self._send(handler, status, payload, extra_headers)
 
     def _generate(self, provider: str, path_model: str | None, body: dict, headers: dict,
-                  entry: Logged) -> tuple[dict, Logged]:
+                  entry: Logged, line_faults: list[Fault] | None = None) -> tuple[dict, Logged]:
+        """Answer one request: online (`line_faults` None: the scripted faults and the rate limit apply), or as a
+        line of a batch (only `line_faults` apply)."""
         call = (parse_anthropic(body) if provider == "anthropic" else parse_gemini(body, path_model or "")
                 if provider == "gemini" else parse_openai(body, provider))
         entry.model, entry.prompt = call.model, call.prompt
         entry.kind, entry.structured = request_kind(output_fields(call.system)), call.structured is not None
-        fault = self._next_fault(provider, entry.kind, entry.structured)
+        if line_faults is None:
+            fault = self._next_fault(provider, entry.kind, entry.structured)
+        else:
+            with self.lock:
+                fault = next((f for f in line_faults if f.matches(provider, entry.kind, entry.structured)), None)
+                if fault is not None:
+                    fault.count -= 1
         if fault is not None and fault.status == "hang":
             time.sleep(fault.seconds)
-        elif fault is not None and fault.status != "prose":
+        elif fault is not None and fault.status not in ANSWERS:
             raise fault_rejection(provider, fault)
-        if self.rate_limit is not None:
+        if self.rate_limit is not None and line_faults is None:
             with self.lock:
                 wait = self.rate_limit.wait(time.monotonic())
             if wait > 0:
                 raise fault_rejection(provider, Fault(429, retry_after=str(max(1, round(wait + 0.5)))))
         check(call, body, headers, entry.advice)
         with self.lock:
-            usage = self.cache.usage(call, MODELS[call.model])
+            # https://www.alibabacloud.com/help/en/model-studio/batch-interfaces-compatible-with-openai: DashScope's
+            # batch calls get no context-cache discount.
+            if line_faults is not None and provider == "dashscope":
+                usage = (0, 0, estimate_tokens(call.prompt))
+            else:
+                usage = self.cache.usage(call, MODELS[call.model])
             n = len(self.log)
-        payload, entry.usage = respond(call, answer_text(call, prose=fault is not None and fault.status == "prose"),
-                                       usage, n)
+        payload, entry.usage = respond(call, answer_text(call, fault.status if fault is not None else None), usage, n)
         return payload, entry
 
+    def _batch_line(self, provider: str, model: str, body: dict, headers: dict, batch_id: str,
+                    line_faults: list[Fault]) -> tuple[int, dict, str]:
+        """One line of a batch answered as the same request sent online would be: (status, body, kind)."""
+        entry = Logged(provider, "POST", f"batch {batch_id}", body.get("model") or model, 200, "other",
+                       headers={}, body=body, at=time.monotonic() - self._started, batch=batch_id)
+        with self.lock:
+            self.log.append(entry)
+        try:
+            payload, entry = self._generate(provider, model, body, headers, entry, line_faults)
+            return 200, payload, entry.kind
+        except Rejected as err:
+            entry.status, entry.error = err.status, err.message
+            return err.status, error_body(provider, err), entry.kind
+
+    def _handle_batch(self, handler: BaseHTTPRequestHandler, method: str, parts, headers: dict, raw: bytes,
+                      provider: str, rest: str) -> None:
+        query = parse_qs(parts.query)
+        entry = Logged(provider, method, parts.path, None, 200, "batch", headers=dict(handler.headers.items()),
+                       at=time.monotonic() - self._started)
+        with self.lock:
+            self.log.append(entry)
+        try:
+            if self.batches.needs_key(provider, rest, query):
+                authenticate(provider, headers, query, self.keys)
+            if provider == "anthropic" and not headers.get("anthropic-version"):
+                raise Rejected(400, "invalid_request_error", "anthropic-version: header is required")
+            try:
+                reply = self.batches.handle(provider, rest, method, headers, query, raw)
+            except BatchRefusal as err:
+                raise Rejected(err.status, err.kind, err.message, code=err.code, param=err.param) from None
+            except (ValueError, KeyError, TypeError, AttributeError) as err:  # a body that is not what it must be
+                raise Rejected(400, "invalid_request_error" if provider != "gemini" else "INVALID_ARGUMENT",
+                               f"Malformed batch request: {err}") from None
+            status, data, content_type, extra_headers = reply.status, reply.body, reply.content_type, reply.headers
+        except Rejected as err:
+            status, extra_headers, content_type = err.status, err.headers, "application/json"
+            data = json.dumps(error_body(provider, err)).encode()
+            entry.error = err.message
+        entry.status = status
+        try:
+            handler.send_response(status)
+            handler.send_header("Content-Type", content_type)
+            handler.send_header("Content-Length", str(len(data)))
+            for name, value in extra_headers.items():
+                handler.send_header(name, value)
+            handler.end_headers()
+            handler.wfile.write(data)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+
     def _next_fault(self, provider: str, kind: str, structured: bool) -> Fault | None:
+        """The first fault this request gets; every matching fault still waiting (`after`) counts it."""
+        chosen = None
         with self.lock:
             for fault in self.faults:
-                if fault.matches(provider, kind, structured):
+                if not fault.matches(provider, kind, structured):
+                    continue
+                if fault.after > 0:
+                    fault.after -= 1
+                elif chosen is None:
                     fault.count -= 1
-                    return fault
-        return None
+                    chosen = fault
+        return chosen
 
     @staticmethod
     def _send(handler: BaseHTTPRequestHandler, status: int, payload: dict, headers: dict) -> None:
