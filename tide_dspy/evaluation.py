@@ -1,6 +1,8 @@
 """Run a program over instances, score each one, and write one JSONL row per instance as soon as it is done.
 
-With workers > 1, instances run concurrently on a thread pool (DSPy LMs are thread-safe); each row is still
+`evaluate` goes in stages: plan (`Plan.of`: which earlier rows stand, which are judged again, what runs), admit (the
+window pre-check, then the budget before each instance starts), run (a row per instance), aggregate (`aggregate`)
+and write (`write_run`). With workers > 1, instances run concurrently on a thread pool (DSPy LMs are thread-safe); each row is still
 written as soon as its instance finishes, in finishing order. Resumable: with resume=True, instance ids already scored
 in out_path are skipped, so a crash loses no finished instance. Rows that ended in an error are rerun, and so are
 incomplete ones (a round after the first aborted; a judge call failed: that row is judged again, its findings
@@ -24,6 +26,7 @@ import sys
 import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import dspy
@@ -312,7 +315,13 @@ def _work(program, judge, bar, guard: Guard, rejudge: dict[str, dict], method: s
 
 def _run_all(run, todo: list[Instance], workers: int, bar, lm, mark):
     """Yield each instance's row (`run(instance)`, None for one not started) as it finishes; the bar shows
-    instances done, ETA and the LM's tokens so far."""
+    instances done, ETA and the LM's tokens so far.
+
+    A thread pool of our own rather than DSPy's ParallelExecutor: that one hands back its results only when every
+    item is done (a row must be written the moment its instance finishes, so a stopped run keeps it, and the tests
+    of --verify-repo run here, in the caller's thread, one instance at a time), and it runs an item again once it
+    has taken longer than its straggler timeout (120 s; an instance of T rounds often does), which would bill and
+    write that instance twice."""
     from tide_dspy.cost.usage import entries_since, usage_tokens
 
     def advance():
@@ -361,6 +370,58 @@ def holds_out_lock(run):
     return locked
 
 
+@dataclass
+class Plan:
+    """What one evaluation does (its first stage): the rows an earlier session left that stand (`rows`, then every
+    row of this session too), those it judges again, the instances it runs, and those over the window."""
+
+    instances: list[Instance]
+    earlier: dict[str, dict] = field(default_factory=dict)
+    rows: dict[str, dict] = field(default_factory=dict)
+    rejudge: dict[str, dict] = field(default_factory=dict)
+    todo: list[Instance] = field(default_factory=list)
+    skips: dict[str, str] = field(default_factory=dict)
+    continues: bool = False  # earlier rows stand or are judged again: the run continues theirs (config.json)
+
+    @classmethod
+    def of(cls, instances: list[Instance], out_path: Path | None, resume: bool) -> Plan:
+        """Plan: the earlier rows of `out_path` read (resume) or discarded, and what is left to do."""
+        plan = cls(list(instances))
+        if out_path is not None:
+            out_path.parent.mkdir(parents=True, exist_ok=True)
+            if resume:
+                trim_partial_line(out_path)
+                plan.earlier = read_rows(out_path)
+                kept, plan.rejudge = resume_plan(plan.earlier)
+                plan.continues = bool(kept or plan.rejudge)
+                wanted = {i.instance_id for i in instances}
+                plan.rows = {k: r for k, r in kept.items() if k in wanted}
+            elif out_path.exists():
+                out_path.unlink()
+        plan.todo = [i for i in instances if i.instance_id not in plan.rows]
+        return plan
+
+    def admit(self, guard: Guard, method: str, out_path: Path | None) -> list[Instance]:
+        """Admit: the instances whose prompts fit the backbone's window (the others get a skipped row, written);
+        the budget admits each of those as it starts (`_work`)."""
+        by_id = {i.instance_id: i for i in self.todo}
+        self.skips = window_skips(guard, [i for i in self.todo if i.instance_id not in self.rejudge])
+        for instance_id, reason in self.skips.items():
+            log.warning("instance %s skipped, %s", instance_id, reason)
+            self.rows[instance_id] = skipped_row(by_id[instance_id], method, reason)
+            append_row(out_path, self.rows[instance_id])
+        return [i for i in self.todo if i.instance_id not in self.skips]
+
+    def stopped(self, guard: Guard) -> None:
+        """After a budget stop, the row an earlier session left for an instance not run (incomplete, failed)
+        still stands."""
+        log.warning("%s; %d instance(s) not run: rerun with --resume (and a budget) to continue", guard.stopped,
+                    len(guard.not_run))
+        for instance_id in guard.not_run:
+            if instance_id in self.earlier:
+                self.rows.setdefault(instance_id, self.earlier[instance_id])
+
+
 @holds_out_lock
 def evaluate(
     program,
@@ -379,58 +440,43 @@ def evaluate(
     overrides: Overrides = Overrides(),
     spend: Spend | None = None,
 ) -> EvaluationSummary:
-    """Score `program` on `instances`, `workers` at a time; returns the aggregate scores plus counts (n_run,
-    n_resumed, n_failed, n_incomplete, n_skipped).
+    """Score `program` on `instances`, `workers` at a time: plan (Plan.of: what earlier rows stand), admit (the
+    window pre-check, and the budget before each instance), run (a row per instance, written as it finishes),
+    aggregate (`aggregate`), write (`write_run`). Returns the aggregate scores plus counts (n_run, n_resumed,
+    n_failed, n_incomplete, n_skipped).
 
     `execute(instance, findings)` (e.g. metrics.execution.ExecutionJudge) also runs the instance's tests against
     the findings' patches; its dict goes into the row as "execution" and the total into result.execution.
     `budget` caps the LM calls and USD (`spend`: a counter shared with other runs under the same budget);
     `overrides`: prices, and a window that overrides the backbone's."""
-    from tide_dspy.cost.usage import lm_usage, usage_mark
+    from tide_dspy.cost.usage import usage_mark
     from tide_dspy.programs import method_of
 
     judge = metrics.make_judge(judge) if isinstance(judge, str) or judge is None else judge
     method = method or method_of(program)
     out_path = Path(out_path) if out_path else None
-    earlier, done, rejudge = {}, {}, {}
-    if out_path is not None:
-        out_path.parent.mkdir(parents=True, exist_ok=True)
-        if resume:
-            trim_partial_line(out_path)
-            earlier = read_rows(out_path)
-            done, rejudge = resume_plan(earlier)
-        elif out_path.exists():
-            out_path.unlink()
-    todo = [i for i in instances if i.instance_id not in done]
-    wanted = {i.instance_id for i in instances}
-    rows = {k: r for k, r in done.items() if k in wanted}
-
+    plan = Plan.of(instances, out_path, resume)
     run_lm = lm or dspy.settings.lm
     judge_lm = getattr(judge, "lm", None)
     marks = {"backbone": usage_mark(run_lm), "judge": usage_mark(judge_lm)}
     guard = Guard(budget, overrides.targets({"backbone": run_lm, "judge": judge_lm}), program, spend)
     earlier_usage = None
-    if out_path is not None:
+    if out_path is not None:  # the rows continue an earlier session's only under the same program, judge and model
         run_conf = run_config(program, method, judge, run_lm, instances, config)
-        if done or rejudge:
+        if plan.continues:
             run_conf = continued_config(out_path.parent / "config.json", run_conf)
             earlier_usage = read_json_or_none(out_path.parent / "lm_usage.json")
         write_json(out_path.parent / "config.json", run_conf)
 
     workers = check_workers(workers, run_lm)
-    bar = tqdm(total=len(todo), desc=f"evaluate {method}", unit="inst", disable=not progress)
-    # The adapter that parses best on the backbone is scoped here (never configured globally), judge calls included.
+    bar = tqdm(total=len(plan.todo), desc=f"evaluate {method}", unit="inst", disable=not progress)
+    # The adapter that parses best on the backbone is scoped here (never configured globally), judge calls included;
+    # the window pre-check renders the prompts the adapter in this context would send.
     with lm_context(run_lm) if run_lm is not None else contextlib.nullcontext():
-        by_id = {i.instance_id: i for i in todo}
-        # The window pre-check renders the prompts the adapter in this context would send.
-        skips = window_skips(guard, [i for i in todo if i.instance_id not in rejudge])
-        for instance_id, reason in skips.items():
-            log.warning("instance %s skipped, %s", instance_id, reason)
-            rows[instance_id] = skipped_row(by_id[instance_id], method, reason)
-            append_row(out_path, rows[instance_id])
-        runnable = [i for i in todo if i.instance_id not in skips]
+        runnable = plan.admit(guard, method, out_path)
         bar.total = len(runnable)
-        for row in _run_all(_work(program, judge, bar, guard, rejudge, method), runnable, workers, bar, run_lm,
+        by_id = {i.instance_id: i for i in runnable}
+        for row in _run_all(_work(program, judge, bar, guard, plan.rejudge, method), runnable, workers, bar, run_lm,
                             marks["backbone"]):
             if row is None:
                 continue
@@ -439,34 +485,40 @@ def evaluate(
                 # Tests run in this thread, one instance at a time, as each instance's findings arrive.
                 bar.set_postfix_str(f"{row['instance_id']}: running its tests")
                 row["execution"] = execute(by_id[row["instance_id"]], row["findings"])
-            rows[row["instance_id"]] = row
+            plan.rows[row["instance_id"]] = row
             append_row(out_path, row)
     bar.close()
     if guard.stopped:
-        log.warning("%s; %d instance(s) not run: rerun with --resume (and a budget) to continue", guard.stopped,
-                    len(guard.not_run))
-        for instance_id in guard.not_run:  # a row an earlier session left (incomplete, failed) still stands
-            if instance_id in earlier:
-                rows.setdefault(instance_id, earlier[instance_id])
+        plan.stopped(guard)
+    result = aggregate(plan, guard, method, execute is not None, {"backbone": (run_lm, marks["backbone"]),
+                                                                  "judge": (judge_lm, marks["judge"])})
+    if out_path is not None:
+        write_run(out_path, result, earlier_usage, instances, config, execute is not None)
+    return result
 
+
+def aggregate(plan: Plan, guard: Guard, method: str, executed: bool, lms: dict) -> EvaluationSummary:
+    """The summary of a planned and run evaluation: macro scores over the scored rows and the counts; `lms`: role
+    -> (LM, usage mark)."""
+    from tide_dspy.cost.usage import lm_usage
+
+    rows, instances = plan.rows, plan.instances
     scored = [rows[i.instance_id] for i in instances
               if i.instance_id in rows and not rows[i.instance_id].get("skipped")]
-    scores = [r["score"] for r in scored]
     execution = None
-    if execute is not None:
+    if executed:
         from tide_dspy.metrics.execution import execution_rate
 
         execution = execution_rate([rows[i.instance_id] for i in instances if i.instance_id in rows])
-    usage = {"backbone": lm_usage(run_lm, marks["backbone"]), "judge": lm_usage(judge_lm, marks["judge"])}
     recalls = [r["scan"]["recall_at_focus"] for r in rows.values()
                if (r.get("scan") or {}).get("recall_at_focus") is not None]
-    not_run = set(guard.not_run)
-    result = EvaluationSummary(
-        **metrics.aggregate(scores),
+    not_run, rejudge = set(guard.not_run), plan.rejudge
+    return EvaluationSummary(
+        **metrics.aggregate([r["score"] for r in scored]),
         method=method,
-        n_run=sum(1 for i in todo if i.instance_id not in not_run and i.instance_id not in rejudge
-                  and i.instance_id not in skips),
-        n_resumed=len(instances) - len(todo),
+        n_run=sum(1 for i in plan.todo if i.instance_id not in not_run and i.instance_id not in rejudge
+                  and i.instance_id not in plan.skips),
+        n_resumed=len(instances) - len(plan.todo),
         n_failed=sum(1 for r in rows.values() if r.get("error")),
         n_incomplete=sum(1 for r in scored if incomplete_reasons(r)),
         n_rejudged=sum(1 for i in rejudge if i in rows and i not in not_run),
@@ -476,15 +528,18 @@ def evaluate(
         findings=sum(len(r["findings"]) for r in rows.values()),
         execution=execution,
         scan_recall=round(sum(recalls) / len(recalls), 4) if recalls else None,
-        lm_usage=usage,
+        lm_usage={role: lm_usage(lm, mark) for role, (lm, mark) in lms.items()},
     )
-    if out_path is not None:
-        write_json(out_path.parent / "lm_usage.json", add_usage(earlier_usage, usage))
-        write_json(out_path.parent / "summary.json",
-                   {**result.summary(executed=execute is not None), "instances": [i.instance_id for i in instances],
-                    **({"data": config["data"]} if config and "data" in config else {})})
-        result.out_path = str(out_path)
-    return result
+
+
+def write_run(out_path: Path, result: EvaluationSummary, earlier_usage: dict | None, instances: list[Instance],
+              config: dict | None, executed: bool) -> None:
+    """Beside the rows: lm_usage.json (this session's added to the earlier ones') and summary.json."""
+    write_json(out_path.parent / "lm_usage.json", add_usage(earlier_usage, result.lm_usage))
+    write_json(out_path.parent / "summary.json",
+               {**result.summary(executed=executed), "instances": [i.instance_id for i in instances],
+                **({"data": config["data"]} if config and "data" in config else {})})
+    result.out_path = str(out_path)
 
 
 def run_config(program, method: str, judge, lm, instances: list[Instance], extra: dict | None = None) -> dict:
