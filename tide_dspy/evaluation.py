@@ -2,16 +2,16 @@
 
 `evaluate` goes in stages: plan (`Plan.of`: which earlier rows stand, which are judged again, what runs), admit (the
 window pre-check, then the budget before each instance starts), run (a row per instance), aggregate (`aggregate`)
-and write (`write_run`). With workers > 1, instances run concurrently on a thread pool (DSPy LMs are thread-safe); each row is still
-written as soon as its instance finishes, in finishing order. Resumable: with resume=True, instance ids already scored
-in out_path are skipped, so a crash loses no finished instance. Rows that ended in an error are rerun, and so are
-incomplete ones (a round after the first aborted; a judge call failed: that row is judged again, its findings
-kept). Before any LM call, an instance whose prompts cannot fit the backbone's window is skipped with its reason
-(a row that --resume checks again, for free); with a budget (cost.guard.Budget) no instance starts once its
-estimated calls or cost would pass it, and the rows not run are left for --resume. Beside the results go config.json,
-summary.json and lm_usage.json, so a run can be read without rerunning it. A resumed run must use the same
-program, judge and model as the rows it continues (config.json says which); its instances and LM usage are added
-to those of the earlier sessions.
+and write (`write_run`). With workers > 1, instances run concurrently on a thread pool (DSPy LMs are thread-safe);
+each row is still written as soon as its instance finishes, in finishing order. Resumable: with resume=True,
+instance ids already scored in out_path are skipped, so a crash loses no finished instance. Rows that ended in an
+error are rerun, and so are incomplete ones (a round after the first aborted; a judge call failed: that row is judged
+again, its findings kept). Before any LM call, an instance whose prompts cannot fit the backbone's window is skipped
+with its reason (a row that --resume checks again, for free); with a budget (cost.guard.Budget) no instance starts
+once its estimated calls or cost would pass it, and the rows not run are left for --resume. Beside the results go
+config.json, summary.json and lm_usage.json, so a run can be read without rerunning it. A resumed run must use the
+same program, judge and model as the rows it continues (config.json says which); its instances and LM usage are
+added to those of the earlier sessions.
 """
 
 from __future__ import annotations
