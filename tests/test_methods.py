@@ -103,7 +103,21 @@ def test_adding_a_method_is_one_entry(monkeypatch, libraries):
 
 
 def test_a_method_is_a_floor_exactly_when_its_program_calls_no_model():
-    from tide_dspy.discovery import ChanceBaseline
+    from tide_dspy.discovery import ChanceFloor
 
     assert {name for name, m in METHODS.items() if m.floor} == {
-        name for name, m in METHODS.items() if issubclass(m.program, ChanceBaseline)}
+        name for name, m in METHODS.items() if issubclass(m.program, ChanceFloor)}
+
+
+def test_a_chance_floor_holds_no_predictor_to_save_hash_or_show_an_optimizer(tmp_path):
+    import json
+
+    from tide_dspy.discovery import LexicalJoin
+    from tide_dspy.programs import build_program, load_program, save_program
+
+    floor = build_program("lexical-join", "repository", max_rounds=2, max_evidence=3)
+    assert floor.named_predictors() == [] and set(floor.dump_state()) == {"tide_config"}
+    path = save_program(floor, tmp_path / "floor.json")
+    assert set(json.loads(path.read_text())) == {"tide_config", "metadata", "tide_extra"}
+    loaded = load_program(path)
+    assert type(loaded) is LexicalJoin and loaded.config() == floor.config() and loaded.max_rounds == 2

@@ -167,12 +167,15 @@ class DiscoveryProgram(dspy.Module):
         )
 
     @classmethod
-    def from_config(cls, config: dict) -> DiscoveryProgram:
+    def from_config(cls, config: dict) -> DiscoveryProgram | ChanceFloor:
+        """The program a saved config describes (a chance floor's too)."""
         config = dict(config)
         kind = config.pop("kind", cls.__name__)
         target = PROGRAM_KINDS.get(kind)
         if target is None:
             raise ValueError(f"unknown program kind {kind!r} in saved config; expected one of {sorted(PROGRAM_KINDS)}")
+        if issubclass(target, ChanceFloor):
+            return target(**config)
         config["templates"] = [Template.model_validate(t) for t in config.get("templates", [])]
         if "scan_templates" in config:
             config["scan_templates"] = [Template.model_validate(t) for t in config["scan_templates"]]
@@ -417,29 +420,49 @@ class MultiAgent(DiscoveryProgram):
         return dspy.Prediction(findings=findings, rounds=rounds, scan=scan)
 
 
-class ChanceBaseline(DiscoveryProgram):
-    """A chance floor: `n_findings` findings of `evidence_size` artifacts each, picked without an LM call.
+class ChanceFloor(dspy.Module):
+    """A chance floor: `n_findings` findings of `evidence_size` artifacts each, picked without a model.
 
-    Findings are spread over rounds of `per_round`, so budget and per-round curves re-score them as they do
-    TIDE's. The description says what the finding is; where an action resolves a problem, the finding takes the
-    library's first action."""
+    It holds no predictor: nothing of it is saved as DSPy state, hashed as an instruction or shown to an optimizer;
+    its config (`tide_config`) is all there is of it. Findings are spread over rounds of `per_round`, so budget and
+    per-round curves re-score them as they do TIDE's. The description says what the finding is; where an action
+    resolves a problem, the finding takes the library's first action."""
+
+    scanner = None  # it reads no scan
+    guidance = "none"  # nor a template library, nor solved examples
+    templates: tuple = ()
+    demos: tuple = ()
 
     def __init__(self, setting: str | Setting, n_findings: int | None = None, evidence_size: int | None = None,
-                 seed: int = 0, **kwargs):
-        super().__init__(setting, **kwargs)
+                 seed: int = 0, max_rounds: int | None = None, per_round: int | None = None,
+                 context_order_seed: int | None = None):
+        super().__init__()
+        self.setting = get_setting(setting)
+        self.max_rounds = self.setting.rounds if max_rounds is None else max_rounds
+        self.per_round = self.setting.per_round if per_round is None else per_round
+        if self.max_rounds < 1 or self.per_round < 1:
+            raise ValueError(f"max_rounds and per_round must be >= 1, got {self.max_rounds} and {self.per_round}")
         self.n_findings = n_findings or self.max_rounds * self.per_round
         self.evidence_size = evidence_size or self.setting.typical_evidence
         self.seed = seed
+        self.context_order_seed = context_order_seed
 
     def config(self) -> dict:
-        return {**super().config(), "n_findings": self.n_findings, "evidence_size": self.evidence_size,
-                "seed": self.seed}
+        return dict(kind=type(self).__name__, setting=self.setting.name, max_rounds=self.max_rounds,
+                    per_round=self.per_round, context_order_seed=self.context_order_seed, n_findings=self.n_findings,
+                    evidence_size=self.evidence_size, seed=self.seed)
+
+    def dump_state(self, json_mode=True):
+        return {"tide_config": self.config()}
+
+    def view(self, instance: Instance, focus: list[str] | None = None) -> ContextView:
+        return ContextView.of(instance, self.context_order_seed)
+
+    def call_plan(self) -> list[tuple[int, int]]:
+        return []  # no model call
 
     def picks(self, instance: Instance, view: ContextView) -> list[list[str]]:
         raise NotImplementedError
-
-    def call_plan(self) -> list[tuple[int, int]]:
-        return []  # no LM call
 
     def chance_resolution(self, instance: Instance) -> dict:
         """The resolution every pick carries: the library's first action where an action resolves a problem
@@ -465,7 +488,7 @@ class ChanceBaseline(DiscoveryProgram):
         return dspy.Prediction(findings=findings, rounds=rounds)
 
 
-class RandomBaseline(ChanceBaseline):
+class RandomBaseline(ChanceFloor):
     """Each finding cites `evidence_size` artifacts drawn at random (seeded by `seed` and the instance)."""
 
     def picks(self, instance: Instance, view: ContextView) -> list[list[str]]:
@@ -474,7 +497,7 @@ class RandomBaseline(ChanceBaseline):
         return [rng.sample(ids, min(self.evidence_size, len(ids))) for _ in range(self.n_findings)]
 
 
-class FirstListed(ChanceBaseline):
+class FirstListed(ChanceFloor):
     """Cites the artifacts in the order the program shows them: the first `evidence_size`, then the next ones."""
 
     def picks(self, instance: Instance, view: ContextView) -> list[list[str]]:
@@ -482,7 +505,7 @@ class FirstListed(ChanceBaseline):
         return [ids[i:i + m] for i in range(0, len(ids), m)]
 
 
-class LexicalJoin(ChanceBaseline):
+class LexicalJoin(ChanceFloor):
     """Reads the artifacts but calls no model: each finding cites a group of `evidence_size` artifacts that share
     rare tokens (ids, names, figures, dates; in code the names, calls and identifiers), the most cohesive groups
     first (tide_dspy.lexical). What string matching alone finds, so an LM method is read against it too."""
@@ -492,7 +515,7 @@ class LexicalJoin(ChanceBaseline):
         return linked_groups(texts, self.evidence_size, self.n_findings)
 
 
-class TfidfSimilarity(ChanceBaseline):
+class TfidfSimilarity(ChanceFloor):
     """LexicalJoin's grouping under the textbook similarity: each finding cites a group of `evidence_size`
     artifacts whose TF-IDF vectors are the most alike (tide_dspy.lexical.tfidf_weights). The floor of a retriever
     that reads words without understanding them."""
@@ -502,7 +525,7 @@ class TfidfSimilarity(ChanceBaseline):
         return linked_groups(texts, self.evidence_size, self.n_findings, weigh=tfidf_weights)
 
 
-PROGRAM_KINDS: dict[str, type[DiscoveryProgram]] = {
+PROGRAM_KINDS: dict[str, type[DiscoveryProgram] | type[ChanceFloor]] = {
     "TIDE": TIDE,
     "SingleAgent": SingleAgent,
     "MultiAgent": MultiAgent,

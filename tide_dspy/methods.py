@@ -43,7 +43,7 @@ class Method:
     kind: str
     guidance: str = "none"  # templates | demos | none (discovery.GUIDANCE_KINDS)
     summary: str = ""  # what it does, in a line (docs/program.md's table says the same)
-    floor: bool = False  # a chance floor: it calls no model (a discovery.ChanceBaseline)
+    floor: bool = False  # a chance floor: it calls no model (a discovery.ChanceFloor)
 
     @property
     def program(self) -> type[DiscoveryProgram]:

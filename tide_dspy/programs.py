@@ -40,6 +40,7 @@ CHOICE_KEYS: dict[str, tuple[str, ...]] = {"stop_on": STOP_RULES}
 CONFIG_KEYS = frozenset({"kind", "setting", "guidance", "templates", "demos", "scan", "scan_templates", *CONFIG_BOUNDS,
                          *SEED_KEYS, *FLAG_KEYS, *CHOICE_KEYS})
 STATE_KEYS = frozenset({"metadata", "tide_config", "tide_extra"})
+FLOOR_KEYS = frozenset({"max_rounds", "per_round", "context_order_seed", "n_findings", "evidence_size", "seed"})
 
 
 def _as_templates(templates) -> list[Template]:
@@ -71,6 +72,8 @@ def build_program(method: str, setting: str | Setting, templates=None, demos: li
     if spec.demos and not demos:
         raise ValueError(f"method {method!r} needs demos=[...] (see tide_dspy.templates.solved_demos)")
     kwargs = {k: v for k, v in config.items() if v is not None}
+    if spec.floor:  # no model call: nothing that shapes one (templates, evidence bound, retries) applies
+        return spec.program(setting, **{k: v for k, v in kwargs.items() if k in FLOOR_KEYS})
     return spec.program(setting, templates=templates, demos=demos if spec.demos else None, guidance=spec.guidance,
                         **kwargs)
 

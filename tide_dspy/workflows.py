@@ -22,7 +22,7 @@ from tide_dspy.cost.estimate import Estimate, Estimator, estimate_runs
 from tide_dspy.cost.guard import Budget, Guard
 from tide_dspy.cost.prices import Overrides, Target
 from tide_dspy.data.selection import Selection, data_path
-from tide_dspy.discovery import TIDE, ChanceBaseline, MultiAgent
+from tide_dspy.discovery import TIDE, ChanceFloor, MultiAgent
 from tide_dspy.domains import Setting
 from tide_dspy.evaluation import EvaluationSummary, evaluate, read_rows
 from tide_dspy.methods import get_method, method_of
@@ -62,7 +62,7 @@ class ProgramShape(BaseModel):
         """Turn `program`'s scan on with this focus size (when one is given); a chance floor reads no artifact."""
         if self.scan is None:
             return
-        if isinstance(program, ChanceBaseline):
+        if isinstance(program, ChanceFloor):
             raise ValueError(f"--scan applies to the LM methods; {method_of(program)} is a chance floor and reads "
                              "no artifact")
         program.use_scan(self.scan)
