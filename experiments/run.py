@@ -8,7 +8,7 @@ Every analysis reads raw per-instance runs under OUT/raw/<method>[-<variant>]/ru
 raw run is (re)started and resumes where it stopped, so a crash loses no finished instance. Raw runs interleave
 methods per instance, so the embedded backbone reuses the shared static prefix across methods.
 Budget and per-round analyses re-score the findings of the first k rounds of one T-round run (see
-tide_dspy.analysis): a 10-round run gives every budget k <= 10 without further LM calls.
+experiments/analysis.py): a 10-round run gives every budget k <= 10 without further LM calls.
 `--dry-run` prints what an experiment (or `all`) would send and cost, per inference backbone (every method, run
 and judge call, each raw run once; see docs/cost.md), and calls no model.
 """
@@ -24,7 +24,7 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from tide_dspy import analysis, tracing
+from tide_dspy import tracing
 from tide_dspy.backbones import LMOptions, describe_lm, lm_context, lm_from_options
 from tide_dspy.backbones.providers import rules_of
 from tide_dspy.cli.options import (
@@ -52,6 +52,7 @@ from tide_dspy.util.safe_write import write_text
 from tide_dspy.workflows import ProgramShape, build_method
 
 sys.path.insert(0, str(Path(__file__).parent))
+import analysis  # noqa: E402
 import plots  # noqa: E402
 import tables  # noqa: E402
 

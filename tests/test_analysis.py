@@ -1,9 +1,12 @@
-"""Budget, per-step and per-instance analyses over evaluation rows (hand-built rows, no LM)."""
+"""Budget, per-step and per-instance analyses over evaluation rows (experiments/analysis.py; hand-built rows, no
+LM)."""
 
 from __future__ import annotations
 
-from tide_dspy import analysis
+from scripts import load_script
 from tide_dspy.schemas import GoldProblem, Instance
+
+analysis = load_script("analysis")
 
 GOLD = [GoldProblem(problem_id="p1", description="a", evidence=["a1", "a2"]),
         GoldProblem(problem_id="p2", description="b", evidence=["b1"])]

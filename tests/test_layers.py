@@ -23,7 +23,7 @@ LAYERS = [
     {"tide_dspy.scan", "tide_dspy.templates", "tide_dspy.tracking", "tide_dspy.data"},
     {"tide_dspy.discovery", "tide_dspy.metrics"},
     {"tide_dspy.methods"},
-    {"tide_dspy.programs", "tide_dspy.analysis"},
+    {"tide_dspy.programs"},
     {"tide_dspy.evaluation", "tide_dspy.product", "tide_dspy.floors"},
     {"tide_dspy.trials"},
     {"tide_dspy.optimize"},
