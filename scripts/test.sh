@@ -24,8 +24,8 @@ fast() {
   "$PYTHON" -c 'import tide_dspy, pytest, xdist, ruff' 2>/dev/null || "${PIP[@]}" install -e ".[dev]"
   "$PYTHON" -m ruff check .
   "$PYTHON" scripts/check_docs.py
-  # One worker per core (pytest-xdist).
-  "$PYTHON" -m pytest -m "not local and not postgres and not paper" -n auto
+  # Two workers per core (pytest-xdist): many tests wait (retries, polls, timeouts) rather than compute.
+  "$PYTHON" -m pytest -m "not local and not postgres and not paper" -n "$(( 2 * $(nproc) ))"
 }
 
 paper() {

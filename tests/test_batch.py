@@ -325,6 +325,7 @@ def run_evaluation(sim, provider: str, setting: str, rounds: int, batched: bool,
     return result, rows, col
 
 
+@pytest.mark.paper  # a run of T rounds, online and batched, per provider: the paper lane
 @pytest.mark.parametrize("provider", ["openai", "anthropic", "gemini"])
 def test_a_batched_run_finds_what_the_online_run_finds_in_at_most_t_batches(sim, tmp_path, provider):
     online, online_rows, _ = run_evaluation(sim, provider, "workspace", 3, False, tmp_path)

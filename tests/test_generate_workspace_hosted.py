@@ -45,6 +45,7 @@ def run_log(out) -> dict:
     return json.loads(out.with_name(out.stem + ".generation.json").read_text())
 
 
+@pytest.mark.paper  # whole workspaces generated through two providers' routes: the paper lane
 @pytest.mark.parametrize("provider,path", [("openai", "native"), ("anthropic", "litellm")])
 def test_generated_workspaces_pass_the_set_checker(sim, monkeypatch, tmp_path, capsys, provider, path):
     out = tmp_path / "generated.jsonl"

@@ -83,6 +83,7 @@ PATHS = [(p, path) for p in ("openai", "anthropic", "gemini", "dashscope") for p
          if not (p == "dashscope" and path == "native")]  # DSPy's native client has no DashScope route
 
 
+@pytest.mark.paper  # every provider, route and method at the paper's T and k: the paper lane
 @pytest.mark.parametrize("method", ["tide", "single", "multi"])
 @pytest.mark.parametrize("provider,path", PATHS)
 def test_every_request_is_accepted_even_after_a_prose_answer(sim, monkeypatch, tmp_path, provider, path, method):
@@ -115,6 +116,7 @@ def test_a_reasoning_model_and_gemini_3_get_no_temperature(sim, monkeypatch, tmp
 
 @pytest.mark.parametrize("retry_after,least", [(dict(retry_after="1"), 1.0), (dict(retry_after_date=2), 0.5)])
 def test_a_429_storm_is_waited_out_with_retry_after(sim, monkeypatch, tmp_path, caplog, retry_after, least):
+    monkeypatch.setattr("tenacity.nap.time.sleep", lambda seconds: None)  # the waits are read from the log
     sim.faults.append(Fault(429, count=3, kind="findings", **retry_after))  # in seconds, or as an HTTP date
     run = evaluate(sim, monkeypatch, tmp_path, "openai", "tide", "native", "--num-retries", "4")
     assert completed(run) and refused(sim) == []
@@ -127,6 +129,7 @@ def test_a_429_storm_is_waited_out_with_retry_after(sim, monkeypatch, tmp_path, 
 @pytest.mark.parametrize("provider,path,status", [("openai", "native", 500), ("anthropic", "native", 529),
                                                   ("gemini", "litellm", 503), ("dashscope", "litellm", 500)])
 def test_server_errors_are_retried(sim, monkeypatch, tmp_path, provider, path, status):
+    monkeypatch.setattr("tenacity.nap.time.sleep", lambda seconds: None)
     sim.faults.append(Fault(status, count=2, retry_after="0", kind="findings"))
     run = evaluate(sim, monkeypatch, tmp_path, provider, "single", path)
     assert completed(run) and refused(sim) == []
@@ -141,6 +144,7 @@ def test_a_hung_request_times_out_and_is_retried(sim, monkeypatch, tmp_path, pro
     assert len(sim.requests(provider, "findings")) >= 2
 
 
+@pytest.mark.paper  # waits the limit out for real
 def test_a_per_minute_limit_is_outlasted_with_workers(monkeypatch, tmp_path):
     for name in BASE_ENV:
         monkeypatch.delenv(name, raising=False)

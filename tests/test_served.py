@@ -141,7 +141,8 @@ def test_a_dead_server_with_a_warm_cache_fails_rather_than_replaying():
         _ask(get_lm("openai-compatible", api_base=base, num_retries=0))
 
 
-def test_a_rate_limited_server_is_retried_after_its_retry_after():
+def test_a_rate_limited_server_is_retried_after_its_retry_after(monkeypatch):
+    monkeypatch.setattr("tenacity.nap.time.sleep", lambda seconds: None)  # the retry, not its wait, is tested here
     with StubServer(answer=_answer, max_requests=1) as stub:
         lm = get_lm("openai-compatible", api_base=stub.api_base, num_retries=1)
         _ask(lm)

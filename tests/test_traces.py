@@ -102,6 +102,7 @@ def test_without_traces_nothing_is_recorded(sim, tmp_path):
     assert not any(type(c).__name__ == "TraceRecorder" for c in dspy.settings.callbacks)
 
 
+@pytest.mark.paper  # experiments/run.py end to end against the simulator: the paper lane
 def test_run_py_traces_every_lm_call_of_its_raw_runs(sim, tmp_path, monkeypatch):
     from scripts import load_script
 
