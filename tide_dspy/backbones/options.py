@@ -34,7 +34,7 @@ class LMOptions:
 
     @classmethod
     def from_namespace(cls, namespace) -> LMOptions:
-        """The options an argparse namespace holds; missing ones keep their defaults."""
+        """The options a parsed command line holds; missing ones keep their defaults."""
         given = {
             f.name: getattr(namespace, f.name) for f in fields(cls) if getattr(namespace, f.name, None) is not None
         }
